@@ -1,0 +1,53 @@
+"""planq's domain: plain Python and pydantic, no framework imports."""
+
+from __future__ import annotations
+
+from domain.cancellation import CancellationToken
+from domain.config import AsyncWorkerConfig
+from domain.errors import (
+    ConcurrentUpdateError,
+    DuplicateJobError,
+    InvalidIdError,
+    InvalidJobTransitionError,
+    InvalidPlanTransitionError,
+    JobNotFoundError,
+    PlanNotFoundError,
+    PlanqError,
+)
+from domain.health import WorkerHealthReport
+from domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
+from domain.ledger import JobLedger
+from domain.lifecycle import PhaseQueued, PlanLifecycleService
+from domain.payload import deserialize_job_payload, serialize_job_payload
+from domain.plans import Plan, PlanPhase, PlanStatus
+from domain.ports import CancelOutcome, JobStore, PlanStore
+from domain.redaction import redact_secrets
+
+__all__ = [
+    "AsyncJob",
+    "AsyncJobStatus",
+    "AsyncWorkerConfig",
+    "CancelOutcome",
+    "CancellationToken",
+    "ConcurrentUpdateError",
+    "DuplicateJobError",
+    "InvalidIdError",
+    "InvalidJobTransitionError",
+    "InvalidPlanTransitionError",
+    "JobLedger",
+    "JobNotFoundError",
+    "JobStore",
+    "PhaseQueued",
+    "Plan",
+    "PlanLifecycleService",
+    "PlanNotFoundError",
+    "PlanPhase",
+    "PlanStatus",
+    "PlanStore",
+    "PlanqError",
+    "WorkerHealthReport",
+    "can_transition_job",
+    "deserialize_job_payload",
+    "redact_secrets",
+    "serialize_job_payload",
+]

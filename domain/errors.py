@@ -1,0 +1,85 @@
+"""Every planq error, under one root, with retryability declared where it is defined."""
+
+from __future__ import annotations
+
+
+class PlanqError(Exception):
+    """Something in planq went wrong."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class InvalidJobTransitionError(PlanqError):
+    """The job state machine forbids this move."""
+
+    def __init__(self, job_id: str, from_status: str, to_status: str) -> None:
+        self.job_id = job_id
+        self.from_status = from_status
+        self.to_status = to_status
+        super().__init__(f"job {job_id}: cannot move from {from_status!r} to {to_status!r}")
+
+
+class InvalidPlanTransitionError(PlanqError):
+    """The plan is not in a state that allows this phase."""
+
+    def __init__(self, plan_id: str, current: str, wanted: str) -> None:
+        self.plan_id = plan_id
+        self.current = current
+        self.wanted = wanted
+        super().__init__(f"plan {plan_id}: cannot go from {current} to {wanted}")
+
+
+class PlanNotFoundError(PlanqError):
+    """No plan has this id."""
+
+    def __init__(self, plan_id: str) -> None:
+        self.plan_id = plan_id
+        super().__init__(f"no plan with id {plan_id!r}")
+
+
+class JobNotFoundError(PlanqError):
+    """No job has this id."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id!r}")
+
+
+class InvalidIdError(PlanqError, ValueError):
+    """An id is not a valid ULID."""
+
+    def __init__(self, what: str, value: object) -> None:
+        self.what = what
+        self.value = value
+        super().__init__(f"{what} must be a ULID string, got {value!r}")
+
+
+class DuplicateJobError(PlanqError, ValueError):
+    """A job with this id is already in the ledger."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job {job_id!r} already exists")
+
+
+class ConcurrentUpdateError(PlanqError):
+    """Someone else changed this row since it was read; read it again and retry."""
+
+    retryable = True
+
+
+class LedgerUnavailableError(PlanqError):
+    """The ledger database cannot be reached right now; the operation may be retried."""
+
+    retryable = True
+
+
+class UnknownExecutorError(PlanqError, LookupError):
+    """No executor is registered for this phase."""
+
+
+class ConfigurationError(PlanqError, ValueError):
+    """A setting is invalid; planq refuses to start with it."""

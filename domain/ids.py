@@ -1,0 +1,31 @@
+"""ULID helpers: job ids double as Celery task ids, so they must sort by time and be unique."""
+
+from __future__ import annotations
+
+from ulid import ULID
+
+from domain.errors import InvalidIdError
+
+
+def new_id() -> str:
+    """A fresh ULID string (time-ordered, so ledger listings sort by creation)."""
+    return str(ULID())
+
+
+def is_ulid(value: object) -> bool:
+    """Whether value is a canonical 26-character ULID string."""
+    if not isinstance(value, str) or len(value) != 26:
+        return False
+    try:
+        ULID.from_str(value)
+    except ValueError:
+        return False
+    return True
+
+
+def require_ulid(what: str, value: object) -> str:
+    """Return value if it is a ULID, else raise InvalidIdError naming what it was meant to be."""
+    if not is_ulid(value):
+        raise InvalidIdError(what, value)
+    assert isinstance(value, str)
+    return value.upper()

@@ -1,0 +1,226 @@
+"""The job: one phase of one plan, with the strict state machine every store enforces."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from domain.clock import as_utc, utcnow
+from domain.errors import InvalidJobTransitionError
+from domain.ids import is_ulid, new_id
+from domain.payload import deserialize_job_payload, serialize_job_payload
+from domain.plans import PlanPhase
+from domain.redaction import redact_secrets
+
+MAX_ERROR_LENGTH = 4000
+
+
+class AsyncJobStatus(StrEnum):
+    """Where a job is in its life; the last three are terminal."""
+
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset(
+    {AsyncJobStatus.succeeded, AsyncJobStatus.failed, AsyncJobStatus.cancelled}
+)
+
+ALLOWED_TRANSITIONS: dict[AsyncJobStatus, frozenset[AsyncJobStatus]] = {
+    AsyncJobStatus.queued: frozenset({AsyncJobStatus.running, AsyncJobStatus.cancelled}),
+    AsyncJobStatus.running: frozenset(
+        {AsyncJobStatus.succeeded, AsyncJobStatus.failed, AsyncJobStatus.cancelled}
+    ),
+    AsyncJobStatus.succeeded: frozenset(),
+    AsyncJobStatus.failed: frozenset(),
+    AsyncJobStatus.cancelled: frozenset(),
+}
+
+
+def sources_of(to_status: AsyncJobStatus) -> frozenset[AsyncJobStatus]:
+    """The statuses a job may be in to move to to_status (the SQL CAS uses this)."""
+    return frozenset(src for src, targets in ALLOWED_TRANSITIONS.items() if to_status in targets)
+
+
+def can_transition_job(from_status: AsyncJobStatus, to_status: AsyncJobStatus) -> bool:
+    """Whether the state machine allows from_status -> to_status."""
+    for name, value in (("from_status", from_status), ("to_status", to_status)):
+        if not isinstance(value, AsyncJobStatus):
+            raise TypeError(f"{name} must be an AsyncJobStatus, got {type(value).__name__}")
+    return to_status in ALLOWED_TRANSITIONS[from_status]
+
+
+def redact_error(error: str | None) -> str | None:
+    """Redact and bound an error message before it can reach the ledger."""
+    if error is None:
+        return None
+    text = redact_secrets(str(error))
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 1] + "…"
+    return text
+
+
+class AsyncJob(BaseModel):
+    """One row of the job ledger, with the transitions allowed on it."""
+
+    model_config = ConfigDict(validate_assignment=True, use_enum_values=False)
+
+    job_id: str = Field(default_factory=new_id)
+    plan_id: str
+    phase: PlanPhase
+    status: AsyncJobStatus = AsyncJobStatus.queued
+    schema_version: int = Field(default=1, ge=1)
+    payload_json: str = ""
+    worker_id: str | None = None
+    created_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_heartbeat: datetime | None = None
+    error_message: str | None = None
+    attempt: int = Field(default=1, ge=1)
+    retry_of: str | None = None
+    dispatched_at: datetime | None = None
+    dispatch_count: int = Field(default=0, ge=0)
+    cancel_requested_at: datetime | None = None
+    progress: float | None = None
+    checkpoint_json: str | None = None
+
+    @field_validator("job_id", "plan_id")
+    @classmethod
+    def _must_be_ulid(cls, value: str) -> str:
+        if not is_ulid(value):
+            raise ValueError("must be a non-empty ULID string")
+        return value.upper()
+
+    @field_validator("retry_of")
+    @classmethod
+    def _retry_of_ulid(cls, value: str | None) -> str | None:
+        if value is not None and not is_ulid(value):
+            raise ValueError("must be a ULID string")
+        return value.upper() if value else value
+
+    @field_validator(
+        "created_at",
+        "started_at",
+        "finished_at",
+        "last_heartbeat",
+        "dispatched_at",
+        "cancel_requested_at",
+    )
+    @classmethod
+    def _aware_utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else as_utc(value)
+
+    @field_validator("checkpoint_json")
+    @classmethod
+    def _checkpoint_is_json(cls, value: str | None) -> str | None:
+        if value is not None:
+            json.loads(value)
+        return value
+
+    @model_validator(mode="after")
+    def _payload_is_object(self) -> AsyncJob:
+        if not self.payload_json:
+            object.__setattr__(
+                self,
+                "payload_json",
+                serialize_job_payload(self.plan_id, self.phase.value, self.schema_version),
+            )
+        else:
+            deserialize_job_payload(self.payload_json)
+        return self
+
+    # -- state machine -------------------------------------------------------------
+    def transition_to(self, status: AsyncJobStatus) -> None:
+        """Move to status if the state machine allows it, else InvalidJobTransitionError."""
+        if not isinstance(status, AsyncJobStatus):
+            raise TypeError(f"status must be an AsyncJobStatus, got {type(status).__name__}")
+        if not can_transition_job(self.status, status):
+            raise InvalidJobTransitionError(self.job_id, self.status.value, status.value)
+        self.status = status
+
+    def mark_running(self, worker_id: str) -> None:
+        """Claim the job for worker_id; the heartbeat starts now."""
+        if not isinstance(worker_id, str) or not worker_id.strip():
+            raise ValueError("worker_id must be a non-empty string")
+        self.transition_to(AsyncJobStatus.running)
+        now = utcnow()
+        self.worker_id = worker_id
+        self.started_at = now
+        self.last_heartbeat = now
+
+    def mark_succeeded(self) -> None:
+        """Finish successfully."""
+        self.transition_to(AsyncJobStatus.succeeded)
+        self.finished_at = utcnow()
+
+    def mark_failed(self, error: str | None = None) -> None:
+        """Finish with an error; the message is redacted before it is kept."""
+        self.transition_to(AsyncJobStatus.failed)
+        self.finished_at = utcnow()
+        self.error_message = redact_error(error)
+
+    def mark_cancelled(self) -> None:
+        """Finish as cancelled (from queued or running)."""
+        self.transition_to(AsyncJobStatus.cancelled)
+        self.finished_at = utcnow()
+
+    def record_heartbeat(self) -> None:
+        """Show the job is alive; only a running job has a heartbeat."""
+        if self.status is not AsyncJobStatus.running:
+            raise ValueError(f"job {self.job_id} is {self.status.value}, not running")
+        self.last_heartbeat = utcnow()
+
+    # -- views ---------------------------------------------------------------------
+    @property
+    def is_terminal(self) -> bool:
+        """Whether nothing can happen to this job any more."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_running(self) -> bool:
+        """Whether a worker holds the job now."""
+        return self.status is AsyncJobStatus.running
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The parsed payload."""
+        return deserialize_job_payload(self.payload_json)
+
+    @property
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The last checkpoint the executor saved, if any."""
+        if self.checkpoint_json is None:
+            return None
+        data = json.loads(self.checkpoint_json)
+        return data if isinstance(data, dict) else {"value": data}
+
+    def as_cli_dict(self) -> dict[str, Any]:
+        """A stable, JSON-ready view for the CLI and scripts."""
+        out: dict[str, Any] = {
+            "job_id": self.job_id,
+            "plan_id": self.plan_id,
+            "phase": self.phase.value,
+            "status": self.status.value,
+            "worker_id": self.worker_id,
+            "attempt": self.attempt,
+            "created_at": self.created_at.isoformat(),
+        }
+        for key in ("started_at", "finished_at"):
+            value = getattr(self, key)
+            if value is not None:
+                out[key] = value.isoformat()
+        if self.error_message is not None:
+            out["error_message"] = self.error_message
+        if self.progress is not None:
+            out["progress"] = self.progress
+        if self.retry_of is not None:
+            out["retry_of"] = self.retry_of
+        return out

@@ -1,0 +1,152 @@
+"""Job transitions that keep the plan in step, each in one ledger transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from domain.clock import utcnow
+from domain.errors import ConcurrentUpdateError, DuplicateJobError
+from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
+from domain.plans import PlanPhase, PlanStatus
+from domain.ports import CancelOutcome, JobStore, PlanStore
+
+#: How a job status shows on its plan.
+PLAN_STATUS_FOR_JOB: dict[AsyncJobStatus, PlanStatus] = {
+    AsyncJobStatus.queued: PlanStatus.queued,
+    AsyncJobStatus.running: PlanStatus.running,
+    AsyncJobStatus.succeeded: PlanStatus.complete,
+    AsyncJobStatus.failed: PlanStatus.failed,
+    AsyncJobStatus.cancelled: PlanStatus.cancelled,
+}
+
+STUCK_ERROR = "heartbeat expired"
+NEVER_PICKED_UP_ERROR = "never picked up after {n} dispatches"
+_PLAN_RETRIES = 5
+
+
+@dataclass
+class StuckReport:
+    """What one stuck-job sweep did."""
+
+    expired: list[str] = field(default_factory=list)
+    retried: dict[str, str] = field(default_factory=dict)  #: old job id -> new job id
+
+
+class JobLedger:
+    """The one place that moves jobs, and their plans with them."""
+
+    def __init__(self, jobs: JobStore, plans: PlanStore | None = None) -> None:
+        self.jobs = jobs
+        self.plans = plans
+
+    # -- plan bookkeeping -------------------------------------------------------------
+    def _follow(self, plan_id: str, phase: PlanPhase, status: AsyncJobStatus) -> None:
+        """Move the plan to match a job outcome; optimistic, retried on a concurrent save."""
+        if self.plans is None:
+            return
+        for _ in range(_PLAN_RETRIES):
+            plan = self.plans.get(plan_id)
+            if plan is None or not plan.follow_job(phase, PLAN_STATUS_FOR_JOB[status]):
+                return
+            try:
+                self.plans.update(plan)
+                return
+            except ConcurrentUpdateError:
+                continue
+        raise ConcurrentUpdateError(f"plan {plan_id} kept changing while following its job")
+
+    # -- transitions --------------------------------------------------------------------
+    def claim(self, job_id: str, worker_id: str) -> AsyncJob | None:
+        """Take a queued job for worker_id; None if another delivery owns it or it ended."""
+        with self.jobs.transaction():
+            if not self.jobs.claim(job_id, worker_id, utcnow()):
+                return None
+            job = self.jobs.get(job_id)
+            assert job is not None
+            self._follow(job.plan_id, job.phase, AsyncJobStatus.running)
+            return job
+
+    def finish(self, job: AsyncJob, status: AsyncJobStatus, error: str | None = None) -> bool:
+        """End a running job; False if it already ended (nothing is written twice)."""
+        with self.jobs.transaction():
+            if not self.jobs.finish(job.job_id, status, utcnow(), redact_error(error)):
+                return False
+            self._follow(job.plan_id, job.phase, status)
+            return True
+
+    def cancel(self, job_id: str) -> CancelOutcome:
+        """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
+        with self.jobs.transaction():
+            outcome = self.jobs.cancel(job_id, utcnow())
+            if outcome is CancelOutcome.cancelled:
+                job = self.jobs.get(job_id)
+                assert job is not None
+                self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+            return outcome
+
+    def expire_stuck(self, job_timeout: float, limit: int = 100) -> list[AsyncJob]:
+        """Fail running jobs whose heartbeat is older than job_timeout; the ones this call won."""
+        now = utcnow()
+        cutoff = now - timedelta(seconds=job_timeout)
+        expired: list[AsyncJob] = []
+        for job in self.jobs.list_stuck(cutoff, limit):
+            with self.jobs.transaction():
+                if self.jobs.expire(job.job_id, cutoff, now, STUCK_ERROR):
+                    self._follow(job.plan_id, job.phase, AsyncJobStatus.failed)
+                    expired.append(job)
+        return expired
+
+    def fail_undeliverable(self, job: AsyncJob, dispatches: int) -> bool:
+        """Fail a queued row that no worker picked up after `dispatches` publishes."""
+        with self.jobs.transaction():
+            error = NEVER_PICKED_UP_ERROR.format(n=dispatches)
+            if not self.jobs.fail_queued(job.job_id, utcnow(), error):
+                return False
+            self._follow(job.plan_id, job.phase, AsyncJobStatus.failed)
+            return True
+
+    def retry(self, job: AsyncJob) -> AsyncJob | None:
+        """Queue a NEW row for a failed or cancelled job (attempt + 1), carrying its checkpoint.
+
+        Returns None if a retry of this job already exists (two sweepers, one retry).
+        """
+        if job.status not in (AsyncJobStatus.failed, AsyncJobStatus.cancelled):
+            raise ValueError(
+                f"only a failed or cancelled job can be retried, {job.job_id} is {job.status.value}"
+            )
+        new = AsyncJob(
+            plan_id=job.plan_id,
+            phase=job.phase,
+            schema_version=job.schema_version,
+            payload_json=job.payload_json,
+            attempt=job.attempt + 1,
+            retry_of=job.job_id,
+            checkpoint_json=job.checkpoint_json,
+        )
+        try:
+            with self.jobs.transaction():
+                self.jobs.add(new)  # retry_of is unique: a second sweeper's insert loses here
+                self._follow(job.plan_id, job.phase, AsyncJobStatus.queued)
+        except DuplicateJobError:
+            return None
+        return new
+
+    def cleanup(self, job_ttl: float, batch_size: int = 500) -> int:
+        """Delete terminal rows older than job_ttl; how many."""
+        cutoff = utcnow() - timedelta(seconds=job_ttl)
+        return self.jobs.delete_terminal_before(cutoff, batch_size)
+
+    def dispatch_due(self, grace: float, limit: int = 100) -> list[AsyncJob]:
+        """Queued rows whose message was never sent, or was sent longer than grace ago."""
+        return self.jobs.list_dispatch_due(utcnow() - timedelta(seconds=grace), limit)
+
+    def mark_dispatched(self, job_id: str) -> bool:
+        """Stamp the row: its message has been published."""
+        return self.jobs.mark_dispatched(job_id, utcnow())
+
+    def heartbeat(self, job_ids: list[str], now: datetime | None = None) -> set[str]:
+        """One statement for all of a process's running jobs; ids with a cancel request."""
+        if not job_ids:
+            return set()
+        return self.jobs.heartbeat(job_ids, now or utcnow())

@@ -1,0 +1,135 @@
+"""The ledger's ports: small protocols with an in-memory and a SQL implementation each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from domain.jobs import AsyncJob, AsyncJobStatus
+from domain.plans import Plan
+
+
+class CancelOutcome(StrEnum):
+    """What a cancel request did to the ledger row."""
+
+    cancelled = "cancelled"  #: was queued; now cancelled and will never start
+    requested = "requested"  #: is running; the request is recorded, the token must trip
+    already_requested = "already_requested"  #: running, and a request was already recorded
+    already_terminal = "already_terminal"
+    not_found = "not_found"
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the cancel took (or was already on its way)."""
+        return self in {
+            CancelOutcome.cancelled,
+            CancelOutcome.requested,
+            CancelOutcome.already_requested,
+        }
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """The job ledger. On SQL every worker operation is one statement."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group the calls inside into one atomic unit (shared with the plan store)."""
+
+    def add(self, job: AsyncJob) -> None:
+        """Insert a new row; a duplicate id is a ValueError."""
+
+    def get(self, job_id: str) -> AsyncJob | None:
+        """The row, or None."""
+
+    def update(self, job: AsyncJob) -> None:
+        """Overwrite an existing row (not for workers: they use the CAS operations)."""
+
+    def remove(self, job_id: str) -> bool:
+        """Delete a row; whether it existed."""
+
+    def list_by_status(self, status: AsyncJobStatus, limit: int | None = None) -> list[AsyncJob]:
+        """Rows in one status, oldest first."""
+
+    def list_all(self, limit: int | None = None) -> list[AsyncJob]:
+        """All rows, oldest first."""
+
+    def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
+        """A plan's jobs, oldest first."""
+
+    def count(self, status: AsyncJobStatus | None = None) -> int:
+        """How many rows (in one status)."""
+
+    def claim(self, job_id: str, worker_id: str, now: datetime) -> bool:
+        """CAS queued -> running (refused if a cancel was requested); whether this caller won."""
+
+    def finish(
+        self, job_id: str, status: AsyncJobStatus, now: datetime, error: str | None = None
+    ) -> bool:
+        """CAS running -> a terminal status; whether this caller won."""
+
+    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
+        """Cancel a queued job at once, or record the request on a running one."""
+
+    def heartbeat(self, job_ids: Iterable[str], now: datetime) -> set[str]:
+        """Stamp many running jobs at once; return those with a cancel request recorded."""
+
+    def save_progress(
+        self, job_id: str, progress: float | None, checkpoint_json: str | None
+    ) -> bool:
+        """Record progress and (optionally) a checkpoint for a running job."""
+
+    def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+        """Running jobs whose last heartbeat is older than cutoff."""
+
+    def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
+        """CAS running (heartbeat still older than cutoff) -> failed."""
+
+    def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
+        """CAS queued -> failed: a row no worker ever picked up."""
+
+    def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """Delete terminal rows finished before cutoff, in bounded batches; how many."""
+
+    def mark_dispatched(self, job_id: str, now: datetime) -> bool:
+        """Stamp a queued row as published (again); whether it was still queued."""
+
+    def list_dispatch_due(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+        """Queued rows never published, or last published before cutoff."""
+
+
+@runtime_checkable
+class PlanStore(Protocol):
+    """Plans, updated with optimistic concurrency."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group the calls inside into one atomic unit (shared with the job store)."""
+
+    def add(self, plan: Plan) -> None:
+        """Insert a new plan; a duplicate id is a ValueError."""
+
+    def get(self, plan_id: str) -> Plan | None:
+        """The plan, or None."""
+
+    def update(self, plan: Plan) -> None:
+        """Save a plan read earlier and bump its version; ConcurrentUpdateError if stale."""
+
+    def list_all(self, limit: int | None = None) -> list[Plan]:
+        """Plans, oldest first."""
+
+    def remove(self, plan_id: str) -> bool:
+        """Delete a plan; whether it existed."""
+
+
+def iter_batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
+    """Split ids into lists of at most size (for bounded IN clauses)."""
+    batch: list[str] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

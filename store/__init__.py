@@ -1,0 +1,25 @@
+"""The job ledger: in-memory and SQL stores behind the domain's ports."""
+
+from __future__ import annotations
+
+from store.database import Database, make_engine
+from store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
+from store.sql_jobs import SqlJobStore
+from store.sql_plans import SqlPlanStore
+
+
+def sql_ledger(database: Database) -> tuple[SqlJobStore, SqlPlanStore]:
+    """A job store and a plan store on one database (their transactions are shared)."""
+    return SqlJobStore(database), SqlPlanStore(database)
+
+
+__all__ = [
+    "Database",
+    "InMemoryJobStore",
+    "InMemoryPlanStore",
+    "SqlJobStore",
+    "SqlPlanStore",
+    "in_memory_ledger",
+    "make_engine",
+    "sql_ledger",
+]

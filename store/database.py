@@ -1,0 +1,115 @@
+"""One Database per process: the engine, and the ambient transaction the stores share."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
+
+DEFAULT_SQLITE_BUSY_MS = 30_000
+
+
+def normalise_url(url: str) -> str:
+    """Use psycopg 3 for PostgreSQL whatever driver the URL names."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername != "postgresql+psycopg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """WAL, a busy timeout, and BEGIN IMMEDIATE so writers queue instead of failing."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={DEFAULT_SQLITE_BUSY_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine with the pragmas and pool settings planq relies on."""
+    url = normalise_url(url)
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        database = make_url(url).database
+        if database and database != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
+        kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+        if not database or database == ":memory:":
+            from sqlalchemy.pool import StaticPool
+
+            kwargs.setdefault("poolclass", StaticPool)
+        engine = create_engine(url, **kwargs)
+        _configure_sqlite(engine)
+        return engine
+    if backend == "postgresql":
+        kwargs.setdefault("pool_pre_ping", True)  # survive a PostgreSQL restart
+        if "poolclass" not in kwargs:
+            kwargs.setdefault("pool_size", 5)
+            kwargs.setdefault("max_overflow", 10)
+    return create_engine(url, **kwargs)
+
+
+class Database:
+    """The engine plus a per-context session, so a job store and a plan store share a txn."""
+
+    def __init__(self, url: str, engine: Engine | None = None, **engine_kwargs: Any) -> None:
+        self.url = normalise_url(url)
+        self.engine = engine or make_engine(self.url, **engine_kwargs)
+        self._current: ContextVar[Session | None] = ContextVar(
+            f"planq_session_{id(self)}", default=None
+        )
+
+    @property
+    def dialect(self) -> str:
+        """'sqlite' or 'postgresql'."""
+        return self.engine.dialect.name
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """The ambient session, or a new one committed on exit (rolled back on error)."""
+        ambient = self._current.get()
+        if ambient is not None:
+            yield ambient
+            return
+        with Session(self.engine, expire_on_commit=False) as session, session.begin():
+            token = self._current.set(session)
+            try:
+                yield session
+            finally:
+                self._current.reset(token)
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Everything the stores do inside commits together."""
+        with self.session():
+            yield
+
+    def dispose_after_fork(self) -> None:
+        """Drop connections inherited from the parent process without closing them."""
+        self.engine.dispose(close=False)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+
+def null_pool_database(url: str) -> Database:
+    """A Database that opens a connection per use (CLI one-shots, migrations)."""
+    return Database(url, poolclass=NullPool)

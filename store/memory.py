@@ -1,0 +1,323 @@
+"""In-memory ledger with the same behaviour as the SQL one: for tests and embedded use."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from domain.errors import ConcurrentUpdateError, DuplicateJobError
+from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, sources_of
+from domain.plans import Plan
+from domain.ports import CancelOutcome
+from store.validation import check_job, check_job_id, check_plan, check_status
+
+
+class _Shared:
+    """The lock and transaction depth that a memory job store and plan store share."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.depth = 0
+        self.tables: list[dict[str, Any]] = []
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self.lock:
+            snapshot = [dict(t) for t in self.tables] if self.depth == 0 else None
+            self.depth += 1
+            try:
+                yield
+            except BaseException:
+                if snapshot is not None:
+                    for table, saved in zip(self.tables, snapshot, strict=True):
+                        table.clear()
+                        table.update(saved)
+                raise
+            finally:
+                self.depth -= 1
+
+
+class InMemoryJobStore:
+    """Thread-safe job ledger in a dict; stores copies so callers cannot alter rows."""
+
+    def __init__(self, shared: _Shared | None = None) -> None:
+        self._shared = shared or _Shared()
+        self._rows: dict[str, AsyncJob] = {}
+        self._shared.tables.append(self._rows)
+
+    def transaction(self) -> Any:
+        """Hold the shared lock; on an exception the rows are restored."""
+        return self._shared.transaction()
+
+    def _sorted(self, rows: Iterable[AsyncJob], limit: int | None) -> list[AsyncJob]:
+        out = sorted(rows, key=lambda j: (j.created_at, j.job_id))
+        return [j.model_copy() for j in (out if limit is None else out[:limit])]
+
+    def add(self, job: AsyncJob) -> None:
+        """Insert a new row; a duplicate id (or a second retry of one job) is refused."""
+        check_job(job)
+        with self._shared.lock:
+            if job.job_id in self._rows:
+                raise DuplicateJobError(job.job_id)
+            if job.retry_of and any(r.retry_of == job.retry_of for r in self._rows.values()):
+                raise DuplicateJobError(job.job_id)
+            self._rows[job.job_id] = job.model_copy()
+
+    def get(self, job_id: str) -> AsyncJob | None:
+        """The row, or None."""
+        check_job_id(job_id)
+        with self._shared.lock:
+            row = self._rows.get(job_id.upper())
+            return row.model_copy() if row else None
+
+    def update(self, job: AsyncJob) -> None:
+        """Overwrite an existing row."""
+        check_job(job)
+        with self._shared.lock:
+            if job.job_id not in self._rows:
+                raise ValueError(f"no job with id {job.job_id!r} to update")
+            self._rows[job.job_id] = job.model_copy()
+
+    def remove(self, job_id: str) -> bool:
+        """Delete a row."""
+        check_job_id(job_id)
+        with self._shared.lock:
+            return self._rows.pop(job_id.upper(), None) is not None
+
+    def list_by_status(self, status: AsyncJobStatus, limit: int | None = None) -> list[AsyncJob]:
+        """Rows in one status, oldest first."""
+        check_status(status)
+        with self._shared.lock:
+            return self._sorted((j for j in self._rows.values() if j.status is status), limit)
+
+    def list_all(self, limit: int | None = None) -> list[AsyncJob]:
+        """All rows, oldest first."""
+        with self._shared.lock:
+            return self._sorted(self._rows.values(), limit)
+
+    def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
+        """A plan's jobs, oldest first."""
+        with self._shared.lock:
+            return self._sorted((j for j in self._rows.values() if j.plan_id == plan_id), None)
+
+    def count(self, status: AsyncJobStatus | None = None) -> int:
+        """How many rows."""
+        with self._shared.lock:
+            if status is None:
+                return len(self._rows)
+            check_status(status)
+            return sum(1 for j in self._rows.values() if j.status is status)
+
+    # -- worker operations (each atomic under the lock, like one SQL statement) --------
+    def claim(self, job_id: str, worker_id: str, now: datetime) -> bool:
+        """CAS queued -> running unless a cancel was requested."""
+        with self._shared.lock:
+            row = self._rows.get(job_id)
+            if row is None or row.status is not AsyncJobStatus.queued or row.cancel_requested_at:
+                return False
+            self._rows[job_id] = row.model_copy(
+                update={
+                    "status": AsyncJobStatus.running,
+                    "worker_id": worker_id,
+                    "started_at": now,
+                    "last_heartbeat": now,
+                }
+            )
+            return True
+
+    def finish(
+        self, job_id: str, status: AsyncJobStatus, now: datetime, error: str | None = None
+    ) -> bool:
+        """CAS running -> terminal."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"finish needs a terminal status, got {status.value}")
+        with self._shared.lock:
+            row = self._rows.get(job_id)
+            if row is None or row.status not in sources_of(status) - {AsyncJobStatus.queued}:
+                return False
+            update: dict[str, Any] = {"status": status, "finished_at": now}
+            if status is AsyncJobStatus.failed:
+                update["error_message"] = error
+            self._rows[job_id] = row.model_copy(update=update)
+            return True
+
+    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
+        """Cancel queued at once; record the request on running."""
+        check_job_id(job_id)
+        with self._shared.lock:
+            row = self._rows.get(job_id.upper())
+            if row is None:
+                return CancelOutcome.not_found
+            if row.status is AsyncJobStatus.queued:
+                self._rows[row.job_id] = row.model_copy(
+                    update={
+                        "status": AsyncJobStatus.cancelled,
+                        "finished_at": now,
+                        "cancel_requested_at": now,
+                    }
+                )
+                return CancelOutcome.cancelled
+            if row.status is AsyncJobStatus.running:
+                if row.cancel_requested_at is not None:
+                    return CancelOutcome.already_requested
+                self._rows[row.job_id] = row.model_copy(update={"cancel_requested_at": now})
+                return CancelOutcome.requested
+            return CancelOutcome.already_terminal
+
+    def heartbeat(self, job_ids: Iterable[str], now: datetime) -> set[str]:
+        """Stamp running rows; return those with a cancel request."""
+        requested: set[str] = set()
+        with self._shared.lock:
+            for job_id in job_ids:
+                row = self._rows.get(job_id)
+                if row is None or row.status is not AsyncJobStatus.running:
+                    continue
+                self._rows[job_id] = row.model_copy(update={"last_heartbeat": now})
+                if row.cancel_requested_at is not None:
+                    requested.add(job_id)
+        return requested
+
+    def save_progress(
+        self, job_id: str, progress: float | None, checkpoint_json: str | None
+    ) -> bool:
+        """Record progress/checkpoint on a running row."""
+        with self._shared.lock:
+            row = self._rows.get(job_id)
+            if row is None or row.status is not AsyncJobStatus.running:
+                return False
+            update: dict[str, Any] = {"progress": progress}
+            if checkpoint_json is not None:
+                update["checkpoint_json"] = checkpoint_json
+            self._rows[job_id] = row.model_copy(update=update)
+            return True
+
+    def _is_stuck(self, row: AsyncJob, cutoff: datetime) -> bool:
+        return row.status is AsyncJobStatus.running and (
+            row.last_heartbeat is None or row.last_heartbeat < cutoff
+        )
+
+    def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+        """Running rows with a heartbeat older than cutoff."""
+        with self._shared.lock:
+            return self._sorted(
+                (j for j in self._rows.values() if self._is_stuck(j, cutoff)), limit
+            )
+
+    def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
+        """CAS stuck running -> failed."""
+        with self._shared.lock:
+            row = self._rows.get(job_id)
+            if row is None or not self._is_stuck(row, cutoff):
+                return False
+            self._rows[job_id] = row.model_copy(
+                update={"status": AsyncJobStatus.failed, "finished_at": now, "error_message": error}
+            )
+            return True
+
+    def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
+        """CAS queued -> failed."""
+        with self._shared.lock:
+            row = self._rows.get(job_id)
+            if row is None or row.status is not AsyncJobStatus.queued:
+                return False
+            self._rows[job_id] = row.model_copy(
+                update={"status": AsyncJobStatus.failed, "finished_at": now, "error_message": error}
+            )
+            return True
+
+    def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """Delete old terminal rows."""
+        with self._shared.lock:
+            doomed = [
+                j.job_id
+                for j in self._rows.values()
+                if j.status in TERMINAL_STATUSES and j.finished_at and j.finished_at < cutoff
+            ]
+            for job_id in doomed:
+                del self._rows[job_id]
+            return len(doomed)
+
+    def mark_dispatched(self, job_id: str, now: datetime) -> bool:
+        """Stamp a queued row as published."""
+        with self._shared.lock:
+            row = self._rows.get(job_id)
+            if row is None or row.status is not AsyncJobStatus.queued:
+                return False
+            self._rows[job_id] = row.model_copy(
+                update={"dispatched_at": now, "dispatch_count": row.dispatch_count + 1}
+            )
+            return True
+
+    def list_dispatch_due(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+        """Queued rows never published or published before cutoff."""
+        with self._shared.lock:
+            due = (
+                j
+                for j in self._rows.values()
+                if j.status is AsyncJobStatus.queued
+                and j.cancel_requested_at is None
+                and (
+                    (j.dispatched_at is None and j.created_at < cutoff)
+                    or (j.dispatched_at is not None and j.dispatched_at < cutoff)
+                )
+            )
+            return self._sorted(due, limit)
+
+
+class InMemoryPlanStore:
+    """Plans in a dict, with the optimistic version check the SQL store does."""
+
+    def __init__(self, shared: _Shared | None = None) -> None:
+        self._shared = shared or _Shared()
+        self._rows: dict[str, Plan] = {}
+        self._shared.tables.append(self._rows)
+
+    def transaction(self) -> Any:
+        """Hold the shared lock; on an exception the rows are restored."""
+        return self._shared.transaction()
+
+    def add(self, plan: Plan) -> None:
+        """Insert a new plan."""
+        check_plan(plan)
+        with self._shared.lock:
+            if plan.plan_id in self._rows:
+                raise ValueError(f"plan {plan.plan_id!r} already exists")
+            self._rows[plan.plan_id] = plan.model_copy()
+
+    def get(self, plan_id: str) -> Plan | None:
+        """The plan, or None."""
+        with self._shared.lock:
+            row = self._rows.get(plan_id.upper()) if isinstance(plan_id, str) else None
+            return row.model_copy() if row else None
+
+    def update(self, plan: Plan) -> None:
+        """Save; ConcurrentUpdateError if the stored version moved on."""
+        check_plan(plan)
+        with self._shared.lock:
+            row = self._rows.get(plan.plan_id)
+            if row is None:
+                raise ValueError(f"no plan with id {plan.plan_id!r} to update")
+            if row.version != plan.version:
+                raise ConcurrentUpdateError(f"plan {plan.plan_id} changed since it was read")
+            plan.version += 1
+            self._rows[plan.plan_id] = plan.model_copy()
+
+    def list_all(self, limit: int | None = None) -> list[Plan]:
+        """Plans, oldest first."""
+        with self._shared.lock:
+            out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
+            return [p.model_copy() for p in (out if limit is None else out[:limit])]
+
+    def remove(self, plan_id: str) -> bool:
+        """Delete a plan."""
+        with self._shared.lock:
+            return self._rows.pop(plan_id.upper(), None) is not None
+
+
+def in_memory_ledger() -> tuple[InMemoryJobStore, InMemoryPlanStore]:
+    """A job store and a plan store that share one lock, so transactions span both."""
+    shared = _Shared()
+    return InMemoryJobStore(shared), InMemoryPlanStore(shared)

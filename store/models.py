@@ -1,0 +1,129 @@
+"""The ledger's tables; invariants live in the schema too (CHECKs, partial unique index)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from domain.clock import as_utc
+from domain.jobs import AsyncJobStatus
+from domain.plans import PlanPhase, PlanStatus
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _in(column: str, values: list[str]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+JOB_STATUSES = [s.value for s in AsyncJobStatus]
+TERMINAL = ["succeeded", "failed", "cancelled"]
+PHASES = [p.value for p in PlanPhase]
+PLAN_STATUSES = [s.value for s in PlanStatus]
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC in and out, on SQLite (which keeps no zone) as on PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = as_utc(value)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        return None if value is None else as_utc(value)
+
+
+class Base(DeclarativeBase):
+    """Declarative base with a naming convention, so migrations name constraints stably."""
+
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class AsyncJobModel(Base):
+    """One job: a phase of a plan, and everything the workers record about it."""
+
+    __tablename__ = "async_jobs"
+
+    job_id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    plan_id: Mapped[str] = mapped_column(String(26))
+    phase: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    schema_version: Mapped[int] = mapped_column(Integer, default=1)
+    payload_json: Mapped[str] = mapped_column(Text)
+    worker_id: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error_message: Mapped[str | None] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    retry_of: Mapped[str | None] = mapped_column(String(26), unique=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    dispatch_count: Mapped[int] = mapped_column(Integer, default=0)
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    progress: Mapped[float | None] = mapped_column(Float)
+    checkpoint_json: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        CheckConstraint(_in("status", JOB_STATUSES), name="status"),
+        CheckConstraint(_in("phase", PHASES), name="phase"),
+        CheckConstraint("schema_version >= 1", name="schema_version"),
+        CheckConstraint("attempt >= 1", name="attempt"),
+        CheckConstraint("dispatch_count >= 0", name="dispatch_count"),
+        CheckConstraint(
+            f"NOT ({_in('status', TERMINAL)}) OR finished_at IS NOT NULL", name="terminal_finished"
+        ),
+        CheckConstraint("status <> 'running' OR worker_id IS NOT NULL", name="running_worker"),
+        Index(None, "status", "last_heartbeat"),  # stuck detection
+        Index(None, "status", "finished_at"),  # TTL cleanup
+        Index(None, "status", "dispatched_at"),  # dispatch relay
+        Index(None, "plan_id", "created_at"),  # listing by plan
+    )
+
+
+class PlanModel(Base):
+    """A plan: its current phase and status, its step spec, and an optimistic version."""
+
+    __tablename__ = "plans"
+
+    plan_id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    phase: Mapped[str | None] = mapped_column(String(16))
+    status: Mapped[str | None] = mapped_column(String(16))
+    spec_json: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    version: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (
+        CheckConstraint(f"phase IS NULL OR {_in('phase', PHASES)}", name="phase"),
+        CheckConstraint(f"status IS NULL OR {_in('status', PLAN_STATUSES)}", name="status"),
+        CheckConstraint("(phase IS NULL) = (status IS NULL)", name="phase_status_together"),
+        CheckConstraint("version >= 0", name="version"),
+        Index(None, "created_at"),
+    )

@@ -1,0 +1,254 @@
+"""The job ledger on SQL: every worker operation below is one named statement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from domain.errors import DuplicateJobError
+from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
+from domain.ports import CancelOutcome, iter_batches
+from store.database import Database
+from store.models import AsyncJobModel
+from store.validation import check_job, check_job_id, check_status
+
+J = AsyncJobModel
+_TERMINAL = [s.value for s in TERMINAL_STATUSES]
+_FIELDS = [c.key for c in J.__table__.columns]
+_IN_CLAUSE_BATCH = 500
+
+
+def to_domain(row: AsyncJobModel) -> AsyncJob:
+    """Convert at the boundary: the domain never sees a row."""
+    return AsyncJob.model_validate({name: getattr(row, name) for name in _FIELDS})
+
+
+def to_values(job: AsyncJob) -> dict[str, Any]:
+    """Column values of a domain job."""
+    data = job.model_dump()
+    data["status"] = job.status.value
+    data["phase"] = job.phase.value
+    return {name: data[name] for name in _FIELDS}
+
+
+class SqlJobStore:
+    """SQLAlchemy 2.0 job ledger for SQLite and PostgreSQL."""
+
+    def __init__(self, database: Database) -> None:
+        self.db = database
+
+    def transaction(self) -> Any:
+        """The database's ambient transaction (shared with SqlPlanStore)."""
+        return self.db.transaction()
+
+    def _select(self, *where: Any, limit: int | None = None) -> list[AsyncJob]:
+        stmt = select(J).where(*where).order_by(J.created_at, J.job_id).limit(limit)
+        with self.db.session() as s:
+            return [to_domain(r) for r in s.scalars(stmt)]
+
+    # -- plain CRUD ------------------------------------------------------------------
+    def add(self, job: AsyncJob) -> None:
+        """INSERT; a duplicate id or a second retry of one job is a DuplicateJobError."""
+        check_job(job)
+        with self.db.session() as s:
+            try:
+                with s.begin_nested():
+                    s.add(J(**to_values(job)))
+            except IntegrityError as exc:
+                raise DuplicateJobError(job.job_id) from exc
+
+    def get(self, job_id: str) -> AsyncJob | None:
+        """SELECT one row by id."""
+        check_job_id(job_id)
+        with self.db.session() as s:
+            row = s.get(J, job_id.upper())
+            return to_domain(row) if row else None
+
+    def update(self, job: AsyncJob) -> None:
+        """Overwrite every column of an existing row."""
+        check_job(job)
+        values = to_values(job)
+        values.pop("job_id")
+        with self.db.session() as s:
+            result = s.execute(update(J).where(J.job_id == job.job_id).values(**values))
+            if result.rowcount == 0:  # type: ignore[attr-defined]
+                raise ValueError(f"no job with id {job.job_id!r} to update")
+
+    def remove(self, job_id: str) -> bool:
+        """DELETE one row by id."""
+        check_job_id(job_id)
+        with self.db.session() as s:
+            return bool(s.execute(delete(J).where(J.job_id == job_id.upper())).rowcount)  # type: ignore[attr-defined]
+
+    def list_by_status(self, status: AsyncJobStatus, limit: int | None = None) -> list[AsyncJob]:
+        """Rows in one status, oldest first."""
+        check_status(status)
+        return self._select(J.status == status.value, limit=limit)
+
+    def list_all(self, limit: int | None = None) -> list[AsyncJob]:
+        """All rows, oldest first."""
+        return self._select(limit=limit)
+
+    def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
+        """A plan's jobs, oldest first."""
+        return self._select(J.plan_id == plan_id)
+
+    def count(self, status: AsyncJobStatus | None = None) -> int:
+        """How many rows (in one status): one count query."""
+        stmt = select(func.count()).select_from(J)
+        if status is not None:
+            check_status(status)
+            stmt = stmt.where(J.status == status.value)
+        with self.db.session() as s:
+            return int(s.scalar(stmt) or 0)
+
+    def _cas(self, *where: Any, **values: Any) -> bool:
+        with self.db.session() as s:
+            return bool(s.execute(update(J).where(*where).values(**values)).rowcount)  # type: ignore[attr-defined]
+
+    # -- worker operations ---------------------------------------------------------------
+    def claim(self, job_id: str, worker_id: str, now: datetime) -> bool:
+        """CLAIM: UPDATE … SET running WHERE queued AND no cancel requested."""
+        return self._cas(
+            J.job_id == job_id,
+            J.status == "queued",
+            J.cancel_requested_at.is_(None),
+            status="running",
+            worker_id=worker_id,
+            started_at=now,
+            last_heartbeat=now,
+        )
+
+    def finish(
+        self, job_id: str, status: AsyncJobStatus, now: datetime, error: str | None = None
+    ) -> bool:
+        """FINISH: UPDATE … SET <terminal> WHERE running."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"finish needs a terminal status, got {status.value}")
+        values: dict[str, Any] = {"status": status.value, "finished_at": now}
+        if status is AsyncJobStatus.failed:
+            values["error_message"] = error
+        return self._cas(J.job_id == job_id, J.status == "running", **values)
+
+    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
+        """CANCEL: end a queued row, or stamp cancel_requested_at on a running one."""
+        check_job_id(job_id)
+        job_id = job_id.upper()
+        if self._cas(
+            J.job_id == job_id,
+            J.status == "queued",
+            status="cancelled",
+            finished_at=now,
+            cancel_requested_at=now,
+        ):
+            return CancelOutcome.cancelled
+        if self._cas(
+            J.job_id == job_id,
+            J.status == "running",
+            J.cancel_requested_at.is_(None),
+            cancel_requested_at=now,
+        ):
+            return CancelOutcome.requested
+        job = self.get(job_id)
+        if job is None:
+            return CancelOutcome.not_found
+        if job.status is AsyncJobStatus.running:
+            return CancelOutcome.already_requested
+        return CancelOutcome.already_terminal
+
+    def heartbeat(self, job_ids: Iterable[str], now: datetime) -> set[str]:
+        """HEARTBEAT: one UPDATE … RETURNING for all of a process's running jobs."""
+        requested: set[str] = set()
+        with self.db.session() as s:
+            for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
+                stmt = (
+                    update(J)
+                    .where(J.job_id.in_(batch), J.status == "running")
+                    .values(last_heartbeat=now)
+                    .returning(J.job_id, J.cancel_requested_at)
+                )
+                requested.update(jid for jid, asked in s.execute(stmt) if asked is not None)
+        return requested
+
+    def save_progress(
+        self, job_id: str, progress: float | None, checkpoint_json: str | None
+    ) -> bool:
+        """PROGRESS: UPDATE progress (and checkpoint) WHERE running."""
+        values: dict[str, Any] = {"progress": progress}
+        if checkpoint_json is not None:
+            values["checkpoint_json"] = checkpoint_json
+        return self._cas(J.job_id == job_id, J.status == "running", **values)
+
+    def _stuck(self, cutoff: datetime) -> Any:
+        return and_(
+            J.status == "running", or_(J.last_heartbeat.is_(None), J.last_heartbeat < cutoff)
+        )
+
+    def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+        """STUCK: running rows whose heartbeat is older than cutoff."""
+        return self._select(self._stuck(cutoff), limit=limit)
+
+    def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
+        """EXPIRE: CAS still-stuck running -> failed."""
+        return self._cas(
+            J.job_id == job_id,
+            self._stuck(cutoff),
+            status="failed",
+            finished_at=now,
+            error_message=error,
+        )
+
+    def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
+        """UNDELIVERABLE: CAS queued -> failed."""
+        return self._cas(
+            J.job_id == job_id,
+            J.status == "queued",
+            status="failed",
+            finished_at=now,
+            error_message=error,
+        )
+
+    def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """TTL: DELETE terminal rows finished before cutoff, batch by batch (short locks)."""
+        total = 0
+        while True:
+            doomed = (
+                select(J.job_id)
+                .where(J.status.in_(_TERMINAL), J.finished_at < cutoff)
+                .limit(batch_size)
+                .scalar_subquery()
+            )
+            with self.db.session() as s:
+                deleted: int = s.execute(
+                    delete(J)
+                    .where(J.job_id.in_(doomed))
+                    .execution_options(synchronize_session=False)
+                ).rowcount  # type: ignore[attr-defined]
+            total += deleted
+            if deleted < batch_size:
+                return total
+
+    def mark_dispatched(self, job_id: str, now: datetime) -> bool:
+        """DISPATCHED: stamp a queued row and count the publish."""
+        return self._cas(
+            J.job_id == job_id,
+            J.status == "queued",
+            dispatched_at=now,
+            dispatch_count=J.dispatch_count + 1,
+        )
+
+    def list_dispatch_due(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+        """RELAY: queued rows never published (and older than cutoff) or published before it."""
+        return self._select(
+            J.status == "queued",
+            J.cancel_requested_at.is_(None),
+            or_(
+                and_(J.dispatched_at.is_(None), J.created_at < cutoff),
+                J.dispatched_at < cutoff,
+            ),
+            limit=limit,
+        )

@@ -1,0 +1,84 @@
+"""Plans on SQL, saved with an optimistic version check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+
+from domain.errors import ConcurrentUpdateError
+from domain.plans import Plan
+from store.database import Database
+from store.models import PlanModel
+from store.validation import check_plan
+
+P = PlanModel
+_FIELDS = [c.key for c in P.__table__.columns]
+
+
+def to_domain(row: PlanModel) -> Plan:
+    """Row to domain plan."""
+    return Plan.model_validate({name: getattr(row, name) for name in _FIELDS})
+
+
+def to_values(plan: Plan) -> dict[str, Any]:
+    """Domain plan to column values."""
+    data = plan.model_dump()
+    data["phase"] = plan.phase.value if plan.phase else None
+    data["status"] = plan.status.value if plan.status else None
+    return {name: data[name] for name in _FIELDS}
+
+
+class SqlPlanStore:
+    """Plans table access; shares its Database (and so its transactions) with SqlJobStore."""
+
+    def __init__(self, database: Database) -> None:
+        self.db = database
+
+    def transaction(self) -> Any:
+        """The database's ambient transaction."""
+        return self.db.transaction()
+
+    def add(self, plan: Plan) -> None:
+        """INSERT a new plan."""
+        check_plan(plan)
+        with self.db.session() as s:
+            try:
+                with s.begin_nested():
+                    s.add(P(**to_values(plan)))
+            except IntegrityError as exc:
+                raise ValueError(f"plan {plan.plan_id!r} already exists") from exc
+
+    def get(self, plan_id: str) -> Plan | None:
+        """SELECT one plan."""
+        if not isinstance(plan_id, str):
+            return None
+        with self.db.session() as s:
+            row = s.get(P, plan_id.upper())
+            return to_domain(row) if row else None
+
+    def update(self, plan: Plan) -> None:
+        """UPDATE … WHERE version = read version; bumps plan.version in place."""
+        check_plan(plan)
+        values = to_values(plan)
+        values.pop("plan_id")
+        values["version"] = plan.version + 1
+        with self.db.session() as s:
+            stmt = update(P).where(P.plan_id == plan.plan_id, P.version == plan.version)
+            if s.execute(stmt.values(**values)).rowcount == 0:  # type: ignore[attr-defined]
+                if s.get(P, plan.plan_id) is None:
+                    raise ValueError(f"no plan with id {plan.plan_id!r} to update")
+                raise ConcurrentUpdateError(f"plan {plan.plan_id} changed since it was read")
+        plan.version += 1
+
+    def list_all(self, limit: int | None = None) -> list[Plan]:
+        """Plans, oldest first."""
+        with self.db.session() as s:
+            stmt = select(P).order_by(P.created_at, P.plan_id).limit(limit)
+            return [to_domain(r) for r in s.scalars(stmt)]
+
+    def remove(self, plan_id: str) -> bool:
+        """DELETE one plan."""
+        with self.db.session() as s:
+            return bool(s.execute(delete(P).where(P.plan_id == plan_id.upper())).rowcount)  # type: ignore[attr-defined]

@@ -1,0 +1,78 @@
+"""Shared fixtures: real PostgreSQL (a throw-away database per session), SQLite files, memory.
+
+A missing service fails the run loudly: nothing here skips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from domain.ports import JobStore, PlanStore
+from store import Database, in_memory_ledger, sql_ledger
+from store.migrate import upgrade
+from store.models import Base
+from tests.support import create_pg_database, drop_pg_database
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A migrated PostgreSQL database for the whole session."""
+    url = create_pg_database()
+    upgrade(url)
+    yield url
+    drop_pg_database(url)
+
+
+@pytest.fixture
+def pg_database(pg_url: str) -> Iterator[Database]:
+    """The session database, emptied before each test."""
+    db = Database(pg_url)
+    with db.engine.begin() as conn:
+        tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+        conn.execute(text(f"TRUNCATE {tables} CASCADE"))
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh SQLite ledger file (schema created from the models)."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    db = Database(url)
+    Base.metadata.create_all(db.engine)
+    db.close()
+    return url
+
+
+@pytest.fixture
+def sqlite_database(sqlite_url: str) -> Iterator[Database]:
+    """A Database over a fresh SQLite file."""
+    db = Database(sqlite_url)
+    yield db
+    db.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def stores(request: pytest.FixtureRequest) -> tuple[JobStore, PlanStore]:
+    """(job store, plan store) on each backend: one contract, three implementations."""
+    if request.param == "memory":
+        return in_memory_ledger()
+    fixture = "sqlite_database" if request.param == "sqlite" else "pg_database"
+    db: Database = request.getfixturevalue(fixture)
+    return sql_ledger(db)
+
+
+@pytest.fixture
+def jobs(stores: tuple[JobStore, PlanStore]) -> JobStore:
+    """The job store of the current backend."""
+    return stores[0]
+
+
+@pytest.fixture
+def plans(stores: tuple[JobStore, PlanStore]) -> PlanStore:
+    """The plan store of the current backend."""
+    return stores[1]

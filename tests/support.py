@@ -1,0 +1,59 @@
+"""Helpers the test tiers share: throw-away PostgreSQL databases, polling with a deadline."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+import psycopg
+import pytest
+
+T = TypeVar("T")
+
+PG_ADMIN_DSN = os.environ.get(
+    "PLANQ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REDIS_URL = os.environ.get("PLANQ_TEST_REDIS", "redis://127.0.0.1:6379")
+
+
+def _admin() -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        return psycopg.connect(PG_ADMIN_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:  # pragma: no cover - environment failure
+        pytest.fail(f"PostgreSQL is required at {PG_ADMIN_DSN} and does not answer: {exc}")
+
+
+def create_pg_database(prefix: str = "planq_t") -> str:
+    """Create an empty database and return its SQLAlchemy URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return (
+        PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
+        + "/"
+        + name
+    )
+
+
+def drop_pg_database(url: str) -> None:
+    """Drop a database made by create_pg_database, even with connections left."""
+    name = url.rsplit("/", 1)[1]
+    with _admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def wait_for(
+    condition: Callable[[], T], timeout: float = 30.0, interval: float = 0.05, what: str = ""
+) -> T:
+    """Poll condition until it returns something truthy, or fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(interval)
