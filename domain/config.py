@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -11,8 +12,8 @@ def _positive(name: str, value: object, *, integer: bool = False) -> None:
         raise ValueError(f"{name} must be a number, got {value!r}")
     if integer and not isinstance(value, int):
         raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be greater than 0, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number greater than 0, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

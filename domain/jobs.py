@@ -134,7 +134,12 @@ class AsyncJob(BaseModel):
                 serialize_job_payload(self.plan_id, self.phase.value, self.schema_version),
             )
         else:
-            deserialize_job_payload(self.payload_json)
+            data = deserialize_job_payload(self.payload_json)
+            for key, mine in (("plan_id", self.plan_id), ("phase", self.phase.value)):
+                if key in data and str(data[key]).upper() != mine.upper():
+                    raise ValueError(
+                        f"payload {key} {data[key]!r} does not match the job's {mine!r}"
+                    )
         return self
 
     # -- state machine -------------------------------------------------------------

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from domain.clock import utcnow
-from domain.errors import ConcurrentUpdateError, DuplicateJobError
+from domain.errors import (
+    ConcurrentUpdateError,
+    DuplicateJobError,
+    InvalidPlanTransitionError,
+    PlanqError,
+)
 from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
 from domain.plans import PlanPhase, PlanStatus
 from domain.ports import CancelOutcome, JobStore, PlanStore
@@ -20,6 +26,7 @@ PLAN_STATUS_FOR_JOB: dict[AsyncJobStatus, PlanStatus] = {
     AsyncJobStatus.cancelled: PlanStatus.cancelled,
 }
 
+logger = logging.getLogger("planq.ledger")
 STUCK_ERROR = "heartbeat expired"
 NEVER_PICKED_UP_ERROR = "never picked up after {n} dispatches"
 _PLAN_RETRIES = 5
@@ -47,7 +54,15 @@ class JobLedger:
             return
         for _ in range(_PLAN_RETRIES):
             plan = self.plans.get(plan_id)
-            if plan is None or not plan.follow_job(phase, PLAN_STATUS_FOR_JOB[status]):
+            if plan is None:
+                return
+            try:
+                if not plan.follow_job(phase, PLAN_STATUS_FOR_JOB[status]):
+                    return
+            except InvalidPlanTransitionError as exc:
+                # The plan moved on (e.g. an operator re-queued the phase): the job's own
+                # terminal write must still land, so the plan is left as it is.
+                logger.warning("plan %s not moved for its %s job: %s", plan_id, phase, exc)
                 return
             try:
                 self.plans.update(plan)
@@ -59,6 +74,7 @@ class JobLedger:
     # -- transitions --------------------------------------------------------------------
     def claim(self, job_id: str, worker_id: str) -> AsyncJob | None:
         """Take a queued job for worker_id; None if another delivery owns it or it ended."""
+        job_id = job_id.upper()
         with self.jobs.transaction():
             if not self.jobs.claim(job_id, worker_id, utcnow()):
                 return None
@@ -77,6 +93,7 @@ class JobLedger:
 
     def cancel(self, job_id: str) -> CancelOutcome:
         """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
+        job_id = job_id.upper()
         with self.jobs.transaction():
             outcome = self.jobs.cancel(job_id, utcnow())
             if outcome is CancelOutcome.cancelled:
@@ -91,10 +108,13 @@ class JobLedger:
         cutoff = now - timedelta(seconds=job_timeout)
         expired: list[AsyncJob] = []
         for job in self.jobs.list_stuck(cutoff, limit):
-            with self.jobs.transaction():
-                if self.jobs.expire(job.job_id, cutoff, now, STUCK_ERROR):
-                    self._follow(job.plan_id, job.phase, AsyncJobStatus.failed)
-                    expired.append(job)
+            try:
+                with self.jobs.transaction():
+                    if self.jobs.expire(job.job_id, cutoff, now, STUCK_ERROR):
+                        self._follow(job.plan_id, job.phase, AsyncJobStatus.failed)
+                        expired.append(job)
+            except PlanqError:  # one bad row must not stall the sweep for the others
+                logger.exception("could not expire stuck job %s", job.job_id)
         return expired
 
     def fail_undeliverable(self, job: AsyncJob, dispatches: int) -> bool:
@@ -109,12 +129,20 @@ class JobLedger:
     def retry(self, job: AsyncJob) -> AsyncJob | None:
         """Queue a NEW row for a failed or cancelled job (attempt + 1), carrying its checkpoint.
 
-        Returns None if a retry of this job already exists (two sweepers, one retry).
+        Returns None if a retry of this job already exists (two sweepers, one retry), or
+        if the plan has moved on from this job's failure (it was re-queued or completed).
         """
         if job.status not in (AsyncJobStatus.failed, AsyncJobStatus.cancelled):
             raise ValueError(
                 f"only a failed or cancelled job can be retried, {job.job_id} is {job.status.value}"
             )
+        if self.plans is not None:
+            plan = self.plans.get(job.plan_id)
+            if plan is not None and (
+                plan.phase is not job.phase
+                or plan.status not in (PlanStatus.failed, PlanStatus.cancelled)
+            ):
+                return None
         new = AsyncJob(
             plan_id=job.plan_id,
             phase=job.phase,
@@ -137,9 +165,14 @@ class JobLedger:
         cutoff = utcnow() - timedelta(seconds=job_ttl)
         return self.jobs.delete_terminal_before(cutoff, batch_size)
 
-    def dispatch_due(self, grace: float, limit: int = 100) -> list[AsyncJob]:
-        """Queued rows whose message was never sent, or was sent longer than grace ago."""
-        return self.jobs.list_dispatch_due(utcnow() - timedelta(seconds=grace), limit)
+    def dispatch_due(
+        self, unsent_grace: float, resend_grace: float, limit: int = 100
+    ) -> list[AsyncJob]:
+        """Queued rows never sent (older than unsent_grace), or sent over resend_grace ago."""
+        now = utcnow()
+        return self.jobs.list_dispatch_due(
+            now - timedelta(seconds=unsent_grace), now - timedelta(seconds=resend_grace), limit
+        )
 
     def mark_dispatched(self, job_id: str) -> bool:
         """Stamp the row: its message has been published."""

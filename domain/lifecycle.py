@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,6 +12,8 @@ from domain.ids import require_ulid
 from domain.jobs import AsyncJob
 from domain.plans import Plan, PlanPhase
 from domain.ports import JobStore, PlanStore
+
+logger = logging.getLogger("planq.lifecycle")
 
 #: Called after commit with the new job; publishes its message (Celery wiring) and may
 #: raise: the row is already durable, and the dispatch relay re-publishes it.
@@ -81,7 +84,10 @@ class PlanLifecycleService:
                 assert self.jobs is not None
                 self.jobs.add(job)
         if job is not None and self.enqueue is not None:
-            self.enqueue(job)
+            try:
+                self.enqueue(job)
+            except Exception:  # the row is durable; the dispatch relay publishes it later
+                logger.exception("job %s committed but not published; the relay will", job.job_id)
         return PhaseQueued(plan=plan, job=job)
 
 

@@ -135,8 +135,8 @@ class Plan(BaseModel):
             raise InvalidPlanTransitionError(
                 self.plan_id, self.label, plan_label(wanted, PlanStatus.queued)
             )
-        self.phase = wanted
-        self.status = PlanStatus.queued
+        # both fields move together (assigning one at a time would trip the validator)
+        self.__dict__.update(phase=wanted, status=PlanStatus.queued)
         self.updated_at = utcnow()
 
     def follow_job(self, phase: PlanPhase, status: PlanStatus) -> bool:

@@ -96,8 +96,10 @@ class JobStore(Protocol):
     def mark_dispatched(self, job_id: str, now: datetime) -> bool:
         """Stamp a queued row as published (again); whether it was still queued."""
 
-    def list_dispatch_due(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
-        """Queued rows never published, or last published before cutoff."""
+    def list_dispatch_due(
+        self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
+    ) -> list[AsyncJob]:
+        """Queued rows never published (created before never_sent_before) or possibly lost."""
 
 
 @runtime_checkable

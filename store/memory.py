@@ -251,8 +251,10 @@ class InMemoryJobStore:
             )
             return True
 
-    def list_dispatch_due(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
-        """Queued rows never published or published before cutoff."""
+    def list_dispatch_due(
+        self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
+    ) -> list[AsyncJob]:
+        """Queued rows never published, or whose message may be lost."""
         with self._shared.lock:
             due = (
                 j
@@ -260,8 +262,8 @@ class InMemoryJobStore:
                 if j.status is AsyncJobStatus.queued
                 and j.cancel_requested_at is None
                 and (
-                    (j.dispatched_at is None and j.created_at < cutoff)
-                    or (j.dispatched_at is not None and j.dispatched_at < cutoff)
+                    (j.dispatched_at is None and j.created_at < never_sent_before)
+                    or (j.dispatched_at is not None and j.dispatched_at < resent_before)
                 )
             )
             return self._sorted(due, limit)

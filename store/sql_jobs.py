@@ -241,14 +241,16 @@ class SqlJobStore:
             dispatch_count=J.dispatch_count + 1,
         )
 
-    def list_dispatch_due(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
-        """RELAY: queued rows never published (and older than cutoff) or published before it."""
+    def list_dispatch_due(
+        self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
+    ) -> list[AsyncJob]:
+        """RELAY: queued rows never published, or published so long ago the message may be lost."""
         return self._select(
             J.status == "queued",
             J.cancel_requested_at.is_(None),
             or_(
-                and_(J.dispatched_at.is_(None), J.created_at < cutoff),
-                J.dispatched_at < cutoff,
+                and_(J.dispatched_at.is_(None), J.created_at < never_sent_before),
+                J.dispatched_at < resent_before,
             ),
             limit=limit,
         )

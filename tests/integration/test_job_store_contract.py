@@ -240,15 +240,15 @@ def test_dispatch_bookkeeping(jobs: JobStore) -> None:
         jobs.add(job)
     assert jobs.mark_dispatched(sent_long_ago.job_id, now - timedelta(minutes=4)) is True
     cutoff = now - timedelta(minutes=1)
-    due = [j.job_id for j in jobs.list_dispatch_due(cutoff)]
+    due = [j.job_id for j in jobs.list_dispatch_due(cutoff, cutoff)]
     assert due == [never.job_id, sent_long_ago.job_id]
     assert jobs.mark_dispatched(never.job_id, now) is True
     stored = jobs.get(never.job_id)
     assert stored is not None and stored.dispatch_count == 1 and stored.dispatched_at == now
-    assert [j.job_id for j in jobs.list_dispatch_due(cutoff)] == [sent_long_ago.job_id]
+    assert [j.job_id for j in jobs.list_dispatch_due(cutoff, cutoff)] == [sent_long_ago.job_id]
     assert jobs.fail_queued(sent_long_ago.job_id, now, "never picked up") is True
     assert jobs.mark_dispatched(sent_long_ago.job_id, now) is False
-    assert jobs.list_dispatch_due(cutoff) == []
+    assert jobs.list_dispatch_due(cutoff, cutoff) == []
 
 
 def test_second_retry_of_same_job_is_refused(jobs: JobStore) -> None:
