@@ -1,0 +1,286 @@
+"""AsyncWorker: the engine every worker process uses to run a job exactly once."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from domain.config import AsyncWorkerConfig
+from domain.jobs import AsyncJob, AsyncJobStatus
+from domain.ledger import JobLedger, StuckReport
+from domain.ports import CancelOutcome, JobStore, PlanStore
+from domain.redaction import redact_secrets
+from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
+from tasks.tracker import WORKER_SHUTDOWN, JobTracker
+
+logger = logging.getLogger("planq.worker")
+T = TypeVar("T")
+
+#: Publishes a job's message (set by the Celery wiring; None in pure-engine use).
+Publish = Callable[[AsyncJob], None]
+
+
+class PickupResult(StrEnum):
+    """What pickup_and_execute did with a job."""
+
+    skipped = "skipped"  #: another delivery owns it, or it already ended
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+    interrupted = "interrupted"  #: warm shutdown stopped it; its checkpoint is kept
+    finished_elsewhere = "finished_elsewhere"  #: something else wrote its terminal state
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The status to write and the error to keep."""
+
+    status: AsyncJobStatus
+    error: str | None
+    result: PickupResult
+
+
+def default_worker_id() -> str:
+    """worker-<host>-<pid>: names the process that holds a job."""
+    return f"worker-{socket.gethostname()}-{os.getpid()}"
+
+
+def retry_ledger_write(fn: Callable[[], T], what: str, deadline: float = 120.0) -> T:
+    """Retry a ledger write while the database is away (e.g. restarting), then give up."""
+    delay, stop = 0.2, time.monotonic() + deadline
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if time.monotonic() > stop:
+                raise
+            logger.warning(
+                "ledger write %s failed (%s); retrying in %.1fs",
+                what,
+                redact_secrets(str(exc))[:200],
+                delay,
+            )
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+class AsyncWorker:
+    """Claims, runs and finishes jobs; keeps counters; starts an embedded Celery worker."""
+
+    def __init__(
+        self,
+        config: AsyncWorkerConfig,
+        job_store: JobStore,
+        executor: Executor | str | ExecutorRegistry = "walk_steps",
+        plan_store: PlanStore | None = None,
+        *,
+        publish: Publish | None = None,
+        app: Any = None,
+        worker_id: str | None = None,
+    ) -> None:
+        from domain.health import WorkerHealthReport
+
+        if not isinstance(config, AsyncWorkerConfig):
+            raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
+        if not isinstance(job_store, JobStore):
+            raise TypeError(f"job_store must be a JobStore, got {type(job_store).__name__}")
+        self.config = config
+        self.job_store = job_store
+        self.plan_store = plan_store
+        self.ledger = JobLedger(job_store, plan_store)
+        self.executors = (
+            executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
+        )
+        self.publish = publish
+        self.app = app
+        self.worker_id = worker_id or default_worker_id()
+        self.health = WorkerHealthReport(self.worker_id)
+        self.tracker = JobTracker(self.ledger.heartbeat, config.heartbeat_interval)
+        self._embedded: Any = None
+
+    # -- one job ---------------------------------------------------------------------
+    def pickup_and_execute(self, job: AsyncJob) -> PickupResult:
+        """Claim by CAS, run the phase executor, write the one terminal state."""
+        if not isinstance(job, AsyncJob):
+            raise TypeError(f"expected an AsyncJob, got {type(job).__name__}")
+        claimed = self.ledger.claim(job.job_id, self.worker_id)
+        if claimed is None:
+            logger.info("job %s: not claimable (another delivery owns it or it ended)", job.job_id)
+            return PickupResult.skipped
+        token = self.tracker.track(claimed.job_id)
+        try:
+            outcome = self._run_executor(claimed, token)
+        finally:
+            self.tracker.untrack(claimed.job_id)
+        wrote = retry_ledger_write(
+            lambda: self.ledger.finish(claimed, outcome.status, outcome.error),
+            f"finish {claimed.job_id}",
+        )
+        if not wrote:
+            logger.info("job %s: already terminal; nothing written", claimed.job_id)
+            return PickupResult.finished_elsewhere
+        self._count(outcome.result)
+        if outcome.status is AsyncJobStatus.failed:
+            self._maybe_retry(claimed)
+        return outcome.result
+
+    def run_job(self, job_id: str) -> PickupResult:
+        """pickup_and_execute by id (the Celery task body)."""
+        job = self.job_store.get(job_id)
+        if job is None:
+            logger.warning("job %s: no ledger row; message dropped", job_id)
+            return PickupResult.skipped
+        return self.pickup_and_execute(job)
+
+    def _run_executor(self, job: AsyncJob, token: Any) -> Outcome:
+        plan = self.plan_store.get(job.plan_id) if self.plan_store else None
+        ctx = JobContext(
+            job=job,
+            token=token,
+            plan=plan,
+            logger=logging.LoggerAdapter(logger, {"job_id": job.job_id}),
+            save=lambda progress, checkpoint: self._save(job.job_id, progress, checkpoint),
+        )
+        try:
+            self.executors.for_phase(job.phase)(ctx)
+        except Exception as exc:
+            if token.is_cancelled:
+                return self._stopped(token)
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning("job %s failed: %s", job.job_id, redact_secrets(error))
+            return Outcome(AsyncJobStatus.failed, error, PickupResult.failed)
+        if token.is_cancelled:
+            return self._stopped(token)
+        return Outcome(AsyncJobStatus.succeeded, None, PickupResult.succeeded)
+
+    @staticmethod
+    def _stopped(token: Any) -> Outcome:
+        if token.reason == WORKER_SHUTDOWN:
+            return Outcome(
+                AsyncJobStatus.failed, "interrupted: worker shutdown", PickupResult.interrupted
+            )
+        return Outcome(AsyncJobStatus.cancelled, None, PickupResult.cancelled)
+
+    def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
+        self.job_store.save_progress(job_id, progress, checkpoint)
+
+    def _count(self, result: PickupResult) -> None:
+        if result is PickupResult.succeeded:
+            self.health.record_completed()
+        elif result is PickupResult.cancelled:
+            self.health.record_cancelled()
+        else:
+            self.health.record_failed()
+
+    def _maybe_retry(self, job: AsyncJob) -> AsyncJob | None:
+        """Queue a new attempt when the retry policy allows (it resumes from the checkpoint)."""
+        if job.attempt >= self.config.max_attempts:
+            return None
+        stored = self.job_store.get(job.job_id)
+        if stored is None:
+            return None
+        new = self.ledger.retry(stored)
+        if new is not None and self.publish is not None:
+            self.publish(new)
+        return new
+
+    # -- operator actions --------------------------------------------------------------
+    def cancel_job(self, job_id: str) -> bool:
+        """Record the cancel durably, trip the token here, broadcast; False if unknown/ended."""
+        if not isinstance(job_id, str) or not job_id.strip():
+            raise ValueError("job_id must be a non-empty string")
+        outcome = self.ledger.cancel(job_id.upper())
+        if not outcome.accepted:
+            return False
+        self.tracker.cancel_local(job_id.upper())
+        if outcome is not CancelOutcome.cancelled and self.app is not None:
+            broadcast_cancel(self.app, job_id.upper())
+        return True
+
+    def detect_stuck_jobs(self) -> StuckReport:
+        """Fail running jobs whose heartbeat expired; retry them if the policy says so."""
+        report = StuckReport()
+        for job in self.ledger.expire_stuck(self.config.job_timeout):
+            report.expired.append(job.job_id)
+            stored = self.job_store.get(job.job_id)
+            if stored is not None:
+                new = self._maybe_retry(stored)
+                if new is not None:
+                    report.retried[job.job_id] = new.job_id
+        return report
+
+    def cleanup_expired_jobs(self) -> int:
+        """Delete terminal rows older than job_ttl, in bounded batches."""
+        return self.ledger.cleanup(self.config.job_ttl)
+
+    def relay_dispatch(self, unsent_grace: float | None = None) -> list[str]:
+        """Publish queued rows whose message was never sent or may be lost; fail hopeless ones."""
+        if self.publish is None:
+            return []
+        grace = self.config.dispatch_grace if unsent_grace is None else unsent_grace
+        sent: list[str] = []
+        for job in self.ledger.dispatch_due(grace, self.config.dispatch_grace):
+            if job.dispatch_count >= self.config.max_dispatches:
+                self.ledger.fail_undeliverable(job, job.dispatch_count)
+                continue
+            self.publish(job)
+            sent.append(job.job_id)
+        return sent
+
+    def health_report(self) -> dict[str, Any]:
+        """Counters, identity and configuration, for operators."""
+        report = self.health.as_dict()
+        report["config"] = self.config.as_dict()
+        report["in_flight"] = self.tracker.in_flight()
+        report["running"] = self.is_running
+        return report
+
+    # -- embedded Celery worker --------------------------------------------------------
+    @property
+    def is_running(self) -> bool:
+        """Whether the embedded worker is started."""
+        return self._embedded is not None
+
+    def start(self) -> None:
+        """Run an in-process Celery worker (threads pool) and a relay for unsent rows."""
+        if self._embedded is not None:
+            return
+        if self.app is None:
+            raise RuntimeError("start() needs the Celery app (AsyncWorker(..., app=app))")
+        from tasks.embedded import EmbeddedWorker
+
+        self._embedded = EmbeddedWorker(self)
+        self._embedded.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Trip every in-flight token, wait for those jobs to end, stop the worker."""
+        if self._embedded is None:
+            return
+        embedded, self._embedded = self._embedded, None
+        self.tracker.cancel_all(WORKER_SHUTDOWN)
+        embedded.stop(timeout)
+
+
+def _single(executor: Executor) -> ExecutorRegistry:
+    registry = ExecutorRegistry()
+    from domain.plans import PlanPhase
+
+    for phase in PlanPhase:
+        registry.register(phase, executor)
+    return registry
+
+
+def broadcast_cancel(app: Any, job_id: str) -> None:
+    """Ask every worker to look at the ledger for job_id now (revoke without terminate)."""
+    try:
+        app.control.revoke(job_id)
+    except Exception as exc:  # the durable request still reaches it via the heartbeat
+        logger.warning(
+            "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
+        )

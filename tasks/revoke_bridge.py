@@ -1,0 +1,85 @@
+"""Celery's revoke lands on planq's cancellation token (Flower's button, `control revoke`).
+
+Celery's own revoke only stops a task that has not started, and its revoked set lives in
+the worker's parent process. planq wraps the `revoke` remote-control command: the parent
+records the cancel in the ledger (durable), trips the token if the job runs in this
+process (threads/solo pools), or pokes the prefork child that runs it (SIGUSR2: "look at
+the ledger now"). With terminate=True on a pool that cannot terminate, the request is
+handled cooperatively instead of raising NotImplementedError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal as signals
+from typing import Any
+
+from celery.utils.functional import maybe_list
+from celery.worker import control
+from celery.worker import state as worker_state
+
+from domain.jobs import AsyncJobStatus
+from tasks.runtime import runtime_for
+
+logger = logging.getLogger("planq.revoke")
+POKE_SIGNAL = signals.SIGUSR2
+_ORIGINAL = "_planq_original_revoke"
+
+
+def _pool_can_terminate(state: Any) -> bool:
+    pool = getattr(getattr(state, "consumer", None), "pool", None)
+    return pool is not None and "prefork" in type(pool).__module__
+
+
+def _child_pids(job_id: str) -> list[int]:
+    return [
+        req.worker_pid
+        for req in list(worker_state.active_requests)
+        if req.id == job_id and req.worker_pid and req.worker_pid != os.getpid()
+    ]
+
+
+def bridge_revoke(state: Any, job_ids: list[str]) -> None:
+    """Record each cancel in the ledger, then wake whoever runs the job."""
+    runtime = runtime_for(state.app)
+    for job_id in job_ids:
+        try:
+            outcome = runtime.worker.ledger.cancel(job_id)
+        except Exception:
+            logger.exception("revoke %s: ledger cancel failed", job_id)
+            continue
+        logger.info("revoke %s: ledger says %s", job_id, outcome.value)
+        if runtime.worker.tracker.cancel_local(job_id):
+            continue
+        for pid in _child_pids(job_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, POKE_SIGNAL)
+
+
+def planq_revoke(
+    state: Any, task_id: Any, terminate: bool = False, signal: Any = None, **kwargs: Any
+) -> Any:
+    """The wrapped `revoke` command: cooperative cancel first, Celery's revoke after."""
+    job_ids = [str(i).upper() for i in (maybe_list(task_id) or [])]
+    bridge_revoke(state, job_ids)
+    can_terminate = terminate and _pool_can_terminate(state)
+    original = getattr(planq_revoke, _ORIGINAL)
+    reply = original(state, task_id, terminate=can_terminate, signal=signal, **kwargs)
+    if can_terminate:
+        runtime = runtime_for(state.app)
+        for job_id in job_ids:
+            job = runtime.jobs.get(job_id)
+            if job is not None and job.status is AsyncJobStatus.running:
+                runtime.worker.ledger.finish(job, AsyncJobStatus.cancelled)
+    return reply
+
+
+def install_revoke_bridge() -> None:
+    """Replace the `revoke` control command in Celery's registry (idempotent)."""
+    current = control.Panel.data.get("revoke")
+    if current is planq_revoke:
+        return
+    setattr(planq_revoke, _ORIGINAL, current)
+    control.Panel.data["revoke"] = planq_revoke

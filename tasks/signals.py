@@ -1,0 +1,75 @@
+"""Celery signal handlers: process setup after fork, the revoke bridge, warm shutdown.
+
+Ledger state transitions never happen here (Celery swallows a receiver's exception); they
+happen in the task body. Handlers only set up the process and wake the tracker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+from typing import Any
+
+from celery import Celery
+from celery.signals import task_revoked, worker_init, worker_process_init, worker_shutting_down
+
+from tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
+from tasks.runtime import runtime_for
+
+logger = logging.getLogger("planq.signals")
+SHUTDOWN_SIGNAL = signal.SIGHUP
+
+
+def connect_signals(app: Celery) -> None:
+    """Connect planq's handlers for this app (idempotent)."""
+
+    def for_app(sender: Any) -> bool:
+        owner = getattr(sender, "app", None)
+        return owner is None or owner is app
+
+    @worker_init.connect(weak=False, dispatch_uid=f"planq-init-{id(app)}")
+    def _on_worker_init(sender: Any = None, **_: Any) -> None:
+        if for_app(sender):
+            install_revoke_bridge()
+
+    @worker_process_init.connect(weak=False, dispatch_uid=f"planq-proc-{id(app)}")
+    def _on_process_init(**_: Any) -> None:
+        # A prefork child: rebuild the runtime (the parent's pool is dropped, not closed)
+        # and let the parent wake the tracker with signals.
+        tracker = runtime_for(app).worker.tracker
+        signal.signal(POKE_SIGNAL, lambda *_: tracker.poke())
+        signal.signal(SHUTDOWN_SIGNAL, lambda *_: tracker.poke_shutdown())
+
+    @worker_shutting_down.connect(weak=False, dispatch_uid=f"planq-stop-{id(app)}")
+    def _on_shutting_down(sig: Any = None, how: Any = None, exitcode: Any = None, **_: Any) -> None:
+        # Warm shutdown: in-flight jobs stop at their next safe point, checkpoints kept.
+        runtime = runtime_for(app)
+        tripped = runtime.worker.tracker.cancel_all()
+        children = _pool_child_pids()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, SHUTDOWN_SIGNAL)
+        logger.info(
+            "shutdown (%s): tripped %d local tokens, signalled %d children",
+            how,
+            len(tripped),
+            len(children),
+        )
+
+    @task_revoked.connect(weak=False, dispatch_uid=f"planq-revoked-{id(app)}")
+    def _on_revoked(request: Any = None, terminated: bool = False, **_: Any) -> None:
+        logger.info("celery revoked %s (terminated=%s)", getattr(request, "id", "?"), terminated)
+
+
+def _pool_child_pids() -> list[int]:
+    from celery.worker import state as worker_state
+
+    return sorted(
+        {
+            req.worker_pid
+            for req in list(worker_state.active_requests)
+            if req.worker_pid and req.worker_pid != os.getpid()
+        }
+    )

@@ -1,0 +1,145 @@
+"""Per-process job tracker: tokens, and ONE batched heartbeat statement per interval."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import threading
+from collections.abc import Callable
+
+from domain.cancellation import CancellationToken
+
+logger = logging.getLogger("planq.heartbeat")
+
+CANCEL_REQUESTED = "cancel requested"
+WORKER_SHUTDOWN = "worker shutdown"
+_POLL = b"p"
+_SHUTDOWN = b"s"
+
+#: Stamps the given running jobs; returns the ids whose cancel was requested.
+Beat = Callable[[list[str]], set[str]]
+
+
+class JobTracker:
+    """Holds the tokens of the jobs this process runs and keeps their heartbeats fresh.
+
+    One daemon thread writes one statement per interval for all tracked jobs; the same
+    statement returns cancel requests, so a cancel arrives even if every broadcast was lost.
+    `poke()` (async-signal-safe) makes it look at the ledger at once.
+    """
+
+    def __init__(self, beat: Beat, interval: float) -> None:
+        self._beat = beat
+        self.interval = interval
+        self._tokens: dict[str, CancellationToken] = {}
+        self._lock = threading.Lock()
+        self._read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self.beats = 0
+
+    # -- jobs ----------------------------------------------------------------------
+    def track(self, job_id: str) -> CancellationToken:
+        """Start heartbeating job_id; its token is returned."""
+        with self._lock:
+            token = self._tokens.setdefault(job_id, CancellationToken())
+            if self._thread is None or not self._thread.is_alive():
+                self._stopped = False
+                self._thread = threading.Thread(
+                    target=self._run, name="planq-heartbeat", daemon=True
+                )
+                self._thread.start()
+            return token
+
+    def untrack(self, job_id: str) -> None:
+        """Stop heartbeating job_id (it ended)."""
+        with self._lock:
+            self._tokens.pop(job_id, None)
+
+    def in_flight(self) -> list[str]:
+        """Ids of the jobs running in this process now."""
+        with self._lock:
+            return list(self._tokens)
+
+    def token(self, job_id: str) -> CancellationToken | None:
+        """The token of a job running here, if any."""
+        with self._lock:
+            return self._tokens.get(job_id)
+
+    def cancel_local(self, job_id: str, reason: str = CANCEL_REQUESTED) -> bool:
+        """Trip the token of job_id if it runs in this process."""
+        token = self.token(job_id)
+        if token is None:
+            return False
+        token.cancel(reason)
+        return True
+
+    def cancel_all(self, reason: str = WORKER_SHUTDOWN) -> list[str]:
+        """Trip every in-flight token (warm shutdown)."""
+        with self._lock:
+            items = list(self._tokens.items())
+        for _, token in items:
+            token.cancel(reason)
+        return [job_id for job_id, _ in items]
+
+    # -- signal-safe wake-ups --------------------------------------------------------
+    def poke(self) -> None:
+        """Look at the ledger now (safe to call from a signal handler)."""
+        self._write(_POLL)
+
+    def poke_shutdown(self) -> None:
+        """Trip every token as a warm shutdown (safe to call from a signal handler)."""
+        self._write(_SHUTDOWN)
+
+    def _write(self, byte: bytes) -> None:
+        # A full pipe means a wake-up is already pending.
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._write_fd, byte)
+
+    # -- the heartbeat thread ------------------------------------------------------------
+    def beat_now(self) -> set[str]:
+        """Write one heartbeat for all tracked jobs and trip the tokens asked to cancel."""
+        ids = self.in_flight()
+        if not ids:
+            return set()
+        asked = self._beat(ids)
+        self.beats += 1
+        for job_id in asked:
+            self.cancel_local(job_id, CANCEL_REQUESTED)
+        return asked
+
+    def _run(self) -> None:
+        while not self._stopped:
+            readable, _, _ = select.select([self._read_fd], [], [], self.interval)
+            if readable:
+                data = os.read(self._read_fd, 512)
+                if _SHUTDOWN in data:
+                    self.cancel_all(WORKER_SHUTDOWN)
+            if self._stopped:
+                return
+            try:
+                self.beat_now()
+            except Exception:
+                logger.exception("heartbeat write failed; will retry next interval")
+            with self._lock:
+                if not self._tokens:
+                    self._thread = None
+                    return
+
+    def stop(self) -> None:
+        """Stop the thread (the jobs' own ends untrack them)."""
+        self._stopped = True
+        self._write(_POLL)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    def close(self) -> None:
+        """Stop and release the pipe."""
+        self.stop()
+        for fd in (self._read_fd, self._write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,38 @@
+"""The composition root: settings -> Celery app, the explicit task list, signals."""
+
+from __future__ import annotations
+
+from celery import Celery
+from sqlalchemy.engine import make_url
+
+from tasks.maintenance import register_maintenance_tasks
+from tasks.phase_tasks import register_phase_tasks
+from tasks.runtime import RuntimeConfig
+from tasks.signals import connect_signals
+from worker_config.celery_config import celery_config
+from worker_config.settings import PlanqSettings, load_settings
+
+
+def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
+    """What each process needs to reach the ledger; SQLite ledgers migrate themselves."""
+    return RuntimeConfig(
+        database_url=settings.database_url,
+        worker=settings.worker_config(),
+        executors=dict(settings.executors),
+        default_executor=settings.default_executor,
+        redaction_patterns=tuple(settings.redaction_patterns),
+        auto_migrate=make_url(settings.database_url).get_backend_name() == "sqlite",
+    )
+
+
+def create_app(settings: PlanqSettings | None = None, main: str = "planq") -> Celery:
+    """Build a configured app with planq's tasks; no connections are opened here."""
+    settings = settings or load_settings()
+    app = Celery(main, set_as_current=False)
+    app.conf.update(celery_config(settings))
+    app.conf.planq_runtime = runtime_config(settings)
+    app.conf.planq_settings = settings
+    register_phase_tasks(app)
+    register_maintenance_tasks(app)
+    connect_signals(app)
+    return app
