@@ -49,7 +49,7 @@ _KV_RE = re.compile(
     (?P<sep>(?>\\*["']?[ \t]*(?::=|=>|==|[:=])[ \t]*))
     (?P<q>\\*["'])?
     (?!(?:{_SCHEMES}[ \t]+)?{_MARK}|[\[{{]{_MARK}[\]}}]|-----BEGIN\ )
-    (?!(?:null|none|nil)(?:[\s,;&)\]}}"']|$))
+    (?!(?:null|none|nil)(?(q)(?P=q)|(?:[\s,;&)\]}}"']|$)))
     (?P<scheme>{_SCHEMES}[ \t]+)?
     (?P<value>
         (?(q)
@@ -85,7 +85,8 @@ _BEARER_RE = re.compile(
     r"""
     (?<![\w-])
     (?P<prefix>bearer[ \t]+)
-    (?!(?:a|an|the|of|to|in|is|was|for|and|or|with|tokens?|auth\w*|scheme|header)
+    (?!(?:a|an|the|of|to|in|is|was|for|and|or|with
+          |tokens?|auth|authentication|authorization|scheme|header)
        (?![A-Za-z0-9._~+/=-]))
     (?P<secret>[A-Za-z0-9._~+/-]+=*)
     """,
@@ -110,7 +111,8 @@ _TOKEN_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
     re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,255}(?![A-Za-z0-9_])"),
     re.compile(r"(?<![A-Za-z0-9_-])xox[abeoprs]-[A-Za-z0-9-]+"),
-    re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]+\.eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*"),
+    # JWT: base64url JSON objects start "ey" ('{"' gives "eyJ" only when a letter follows).
+    re.compile(r"(?<![A-Za-z0-9_-])ey[A-Za-z0-9_-]{10,}\.ey[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*"),
 )
 
 _MARK_RE = re.compile(_MARK)
