@@ -83,3 +83,20 @@ class UnknownExecutorError(PlanqError, LookupError):
 
 class ConfigurationError(PlanqError, ValueError):
     """A setting is invalid; planq refuses to start with it."""
+
+
+class RunNotFoundError(PlanqError, LookupError):
+    """No recoverable run has this id (it may have been purged)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no recoverable run with id {run_id!r}")
+
+
+class RunNotActiveError(PlanqError):
+    """The run is no longer Running here (swept, finished or taken over); stop working on it."""
+
+    def __init__(self, run_id: str, status: str | None) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run {run_id} is not active (status {status!r}); stop working on it")

@@ -127,3 +127,87 @@ class PlanModel(Base):
         CheckConstraint("version >= 0", name="version"),
         Index(None, "created_at"),
     )
+
+
+# -- recoverable runs ------------------------------------------------------------------------
+# Appended as its own section (imports included) so the ledger classes above stay untouched.
+
+from sqlalchemy import BigInteger, ForeignKey, LargeBinary, text  # noqa: E402
+
+from domain.runs.findings import Severity  # noqa: E402
+from domain.runs.progress import ProgressKind  # noqa: E402
+from domain.runs.status import NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES, RunStatus  # noqa: E402
+
+RUN_STATUSES = [s.value for s in RunStatus]
+RUN_NON_TERMINAL = [s.value for s in RunStatus if s in NON_TERMINAL_RUN_STATUSES]
+RUN_TERMINAL = [s.value for s in RunStatus if s in TERMINAL_RUN_STATUSES]
+SEVERITIES = [s.value for s in Severity]
+PROGRESS_KINDS = [k.value for k in ProgressKind]
+ONE_NON_TERMINAL_RUN = _in("status", RUN_NON_TERMINAL)
+
+
+class RecoverableRunModel(Base):
+    """One run of a long scan: its status, owner, cursor, counters and per-run params."""
+
+    __tablename__ = "recoverable_runs"
+
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    job_name: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    owner: Mapped[str | None] = mapped_column(String(255))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_progress_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cursor: Mapped[bytes | None] = mapped_column(LargeBinary)
+    scanned_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    finding_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    params_json: Mapped[str] = mapped_column(Text, default="{}")
+    progress_total: Mapped[int | None] = mapped_column(BigInteger)
+    progress_kind: Mapped[str | None] = mapped_column(String(16))
+    error_message: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        CheckConstraint(
+            f"progress_kind IS NULL OR {_in('progress_kind', PROGRESS_KINDS)}",
+            name="progress_kind",
+        ),
+        CheckConstraint("scanned_count >= 0", name="scanned_count"),
+        CheckConstraint("finding_count >= 0", name="finding_count"),
+        CheckConstraint(
+            f"NOT ({_in('status', RUN_TERMINAL)}) OR completed_at IS NOT NULL",
+            name="terminal_completed",
+        ),
+        # At most one non-terminal run per job name; the losing concurrent insert reads the winner.
+        Index(
+            "uq_recoverable_runs_job_name_non_terminal",
+            "job_name",
+            unique=True,
+            postgresql_where=text(ONE_NON_TERMINAL_RUN),
+            sqlite_where=text(ONE_NON_TERMINAL_RUN),
+        ),
+        Index(None, "job_name", "started_at"),  # list_runs
+        Index(None, "status", "last_progress_at"),  # boot recovery sweep
+        Index(None, "status", "completed_at"),  # purge
+    )
+
+
+class RunFindingModel(Base):
+    """One finding of one run; deleted with its run."""
+
+    __tablename__ = "run_findings"
+
+    id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    run_id: Mapped[str] = mapped_column(
+        String(26), ForeignKey("recoverable_runs.id", ondelete="CASCADE")
+    )
+    kind: Mapped[str] = mapped_column(String(100))
+    severity: Mapped[str] = mapped_column(String(16))
+    resource_id: Mapped[str | None] = mapped_column(String(500))
+    detail_json: Mapped[str] = mapped_column(Text, default="{}")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+    __table_args__ = (
+        CheckConstraint(_in("severity", SEVERITIES), name="severity"),
+        Index(None, "run_id", "severity"),  # severity counts and listing per run
+    )

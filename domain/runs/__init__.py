@@ -1,0 +1,54 @@
+"""Recoverable runs: long scans that checkpoint, pause, cancel and resume after a crash."""
+
+from __future__ import annotations
+
+from domain.runs.engine import describe_exception, record_or_log, run_or_resume
+from domain.runs.findings import Finding, Severity
+from domain.runs.job_outcome import ALREADY_RUNNING, JobOutcome
+from domain.runs.outcome import Completed, Failed, Paused, RunOutcome
+from domain.runs.ports import (
+    AlreadyActive,
+    Fresh,
+    OpenResult,
+    RecoverableJobHandler,
+    Resumed,
+    RunStore,
+    RunStoreProvider,
+)
+from domain.runs.progress import ProgressKind, RunProgress, derive_progress
+from domain.runs.status import (
+    ACTIVE_RUN_STATUSES,
+    NON_TERMINAL_RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    RunStatus,
+)
+from domain.runs.summary import RunSummary
+
+__all__ = [
+    "ACTIVE_RUN_STATUSES",
+    "ALREADY_RUNNING",
+    "NON_TERMINAL_RUN_STATUSES",
+    "TERMINAL_RUN_STATUSES",
+    "AlreadyActive",
+    "Completed",
+    "Failed",
+    "Finding",
+    "Fresh",
+    "JobOutcome",
+    "OpenResult",
+    "Paused",
+    "ProgressKind",
+    "RecoverableJobHandler",
+    "Resumed",
+    "RunOutcome",
+    "RunProgress",
+    "RunStatus",
+    "RunStore",
+    "RunStoreProvider",
+    "RunSummary",
+    "Severity",
+    "derive_progress",
+    "describe_exception",
+    "record_or_log",
+    "run_or_resume",
+]

@@ -1,0 +1,132 @@
+"""The ports of recoverable runs: a handler, a store bound to one run, and its provider."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from domain.runs.findings import Finding, Severity
+from domain.runs.outcome import RunOutcome
+from domain.runs.progress import ProgressKind
+from domain.runs.status import RunStatus
+from domain.runs.summary import RunSummary
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """What a handler may do to its own run; mark_* and seed_* are for the engine alone."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's ULID."""
+
+    @property
+    def started_at(self) -> datetime:
+        """When the run first started (a resume keeps it)."""
+
+    def status(self) -> RunStatus:
+        """The run's status now; poll it between batches to see a cancel request."""
+
+    def checkpoint(self, cursor: bytes, delta_count: int) -> None:
+        """Save the cursor, add delta_count to scanned_count and bump the heartbeat.
+
+        Raises RunNotActiveError when the run is no longer Running or CancelRequested.
+        """
+
+    def set_string_param(self, key: str, value: str) -> None:
+        """Store per-run config that survives a resume (setting the same value is a no-op)."""
+
+    def get_string_param(self, key: str) -> str | None:
+        """A per-run config value, or None."""
+
+    def record_finding(
+        self,
+        kind: str,
+        severity: Severity | str,
+        resource_id: str | None,
+        detail: dict[str, Any] | None,
+    ) -> Finding:
+        """Store a finding and bump the run's finding_count, in one transaction."""
+
+    def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
+        """Engine only: the total counted at a fresh start, and whether it is exact."""
+
+    def mark_completed(self) -> bool:
+        """Engine only: active -> Completed; whether this call made the move."""
+
+    def mark_paused(self, cursor: bytes) -> bool:
+        """Engine only: active -> Paused at cursor; whether this call made the move."""
+
+    def mark_failed(self, message: str) -> bool:
+        """Engine only: active -> Failed with a redacted message; whether this call moved it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fresh:
+    """open_or_start made a new Running run."""
+
+    store: RunStore
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """open_or_start took a Paused run back to Running; carry on from cursor."""
+
+    store: RunStore
+    cursor: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyActive:
+    """A Running or CancelRequested run holds the job name; nothing was changed."""
+
+    run_id: str
+    status: RunStatus
+
+
+OpenResult: TypeAlias = Fresh | Resumed | AlreadyActive
+
+
+@runtime_checkable
+class RunStoreProvider(Protocol):
+    """All runs of all job names; every backend behaves the same (one contract suite)."""
+
+    def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
+        """Start a run, resume the Paused one, or report the active one; race-safe."""
+
+    def boot_recovery_sweep(self, owner: str, stale_after: float) -> list[str]:
+        """Pause active runs of this (restarted) owner or silent for stale_after seconds."""
+
+    def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
+        """Runs (of one job name), newest first."""
+
+    def get_run_by_id(self, run_id: str) -> RunSummary | None:
+        """One run, or None."""
+
+    def request_cancel(self, job_name: str) -> str | None:
+        """Running -> CancelRequested; the run id, or None when nothing was running."""
+
+    def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
+        """A run's findings in the order recorded, one page."""
+
+    def finding_severity_counts(self, run_id: str) -> dict[str, int]:
+        """How many findings of each severity (all three keys, zeros included)."""
+
+    def purge_terminal_runs(self, retention_days: float) -> int:
+        """Delete Completed/Failed runs (and findings) done over max(1, days) days ago."""
+
+
+@runtime_checkable
+class RecoverableJobHandler(Protocol):
+    """A long scan. May also define count_total() -> int | None and progress_kind()."""
+
+    @property
+    def name(self) -> str:
+        """Stable job name: it keys the one-active-run rule and the run history."""
+
+    def run_resumable(
+        self, store: RunStore, args: Mapping[str, Any], resume_cursor: bytes | None
+    ) -> RunOutcome:
+        """Scan from resume_cursor (None: from the start), checkpointing as it goes."""

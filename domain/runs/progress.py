@@ -1,0 +1,44 @@
+"""Progress of a run, derived from its scanned count and the total counted at start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class ProgressKind(Enum):
+    """Whether the total is an exact count or an estimate (which a run may overshoot).
+
+    A plain Enum, not a StrEnum: a member named count would shadow str.count.
+    """
+
+    count = "count"
+    approximate = "approximate"
+
+
+@dataclass(frozen=True, slots=True)
+class RunProgress:
+    """How far a run has got; fraction is scanned / total and may exceed 1.0 when approximate."""
+
+    fraction: float
+    kind: ProgressKind
+    scanned: int
+    total: int
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-ready view."""
+        return {
+            "fraction": self.fraction,
+            "kind": self.kind.value,
+            "scanned": self.scanned,
+            "total": self.total,
+        }
+
+
+def derive_progress(
+    scanned: int, total: int | None, kind: ProgressKind = ProgressKind.count
+) -> RunProgress | None:
+    """Progress, or None when the total is unknown or zero; not clamped, so overshoot shows."""
+    if total is None or total <= 0:
+        return None
+    return RunProgress(fraction=scanned / total, kind=kind, scanned=scanned, total=total)

@@ -1,0 +1,325 @@
+"""Recoverable runs in memory, behaving exactly like the SQL store: for tests and embedded use."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from domain.clock import utcnow
+from domain.errors import RunNotActiveError, RunNotFoundError
+from domain.ids import new_id
+from domain.runs.checks import (
+    SWEEP_ERROR,
+    check_cursor,
+    check_delta,
+    check_job_name,
+    check_limit,
+    check_owner,
+    check_param,
+    check_total,
+    clean_error,
+    purge_cutoff,
+    stale_cutoff,
+)
+from domain.runs.findings import (
+    Finding,
+    Severity,
+    check_kind,
+    check_resource_id,
+    check_severity,
+    detail_from_json,
+    detail_to_json,
+    zero_severity_counts,
+)
+from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
+from domain.runs.progress import ProgressKind
+from domain.runs.status import RunStatus
+from domain.runs.summary import RunSummary, build_summary
+
+Clock = Callable[[], datetime]
+
+
+@dataclass
+class _Run:
+    """One run's row; only touched under the provider's lock."""
+
+    id: str
+    job_name: str
+    status: RunStatus
+    owner: str | None
+    started_at: datetime
+    last_progress_at: datetime
+    completed_at: datetime | None = None
+    cursor: bytes | None = None
+    scanned_count: int = 0
+    finding_count: int = 0
+    params: dict[str, str] = field(default_factory=dict)
+    progress_total: int | None = None
+    progress_kind: str | None = None
+    error_message: str | None = None
+
+    def summary(self) -> RunSummary:
+        return build_summary(
+            run_id=self.id,
+            job_name=self.job_name,
+            status=self.status.value,
+            owner=self.owner,
+            started_at=self.started_at,
+            last_progress_at=self.last_progress_at,
+            completed_at=self.completed_at,
+            cursor=self.cursor,
+            scanned_count=self.scanned_count,
+            finding_count=self.finding_count,
+            params=self.params,
+            progress_total=self.progress_total,
+            progress_kind=self.progress_kind,
+            error_message=self.error_message,
+        )
+
+
+class _Tables:
+    """The runs and findings, and the one lock that makes every operation atomic."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.runs: dict[str, _Run] = {}
+        self.findings: dict[str, list[tuple[Finding, str]]] = {}  #: run id -> (finding, JSON)
+
+
+class InMemoryRunStore:
+    """One run's store in memory."""
+
+    def __init__(self, tables: _Tables, run_id: str, started_at: datetime, clock: Clock) -> None:
+        self._tables = tables
+        self._run_id = run_id
+        self._started_at = started_at
+        self._clock = clock
+
+    @property
+    def run_id(self) -> str:
+        """The run's ULID."""
+        return self._run_id
+
+    @property
+    def started_at(self) -> datetime:
+        """When the run first started."""
+        return self._started_at
+
+    def _row(self) -> _Run:
+        row = self._tables.runs.get(self._run_id)
+        if row is None:
+            raise RunNotFoundError(self._run_id)
+        return row
+
+    def _active_row(self) -> _Run:
+        row = self._row()
+        if not row.status.is_active:
+            raise RunNotActiveError(self._run_id, row.status.as_str())
+        return row
+
+    def status(self) -> RunStatus:
+        """The run's status now."""
+        with self._tables.lock:
+            return self._row().status
+
+    def checkpoint(self, cursor: bytes, delta_count: int) -> None:
+        """Save the cursor, add to scanned_count, bump the heartbeat (active runs only)."""
+        check_cursor(cursor)
+        check_delta(delta_count)
+        with self._tables.lock:
+            row = self._active_row()
+            row.cursor = cursor
+            row.scanned_count += delta_count
+            row.last_progress_at = self._clock()
+
+    def set_string_param(self, key: str, value: str) -> None:
+        """Store a per-run config value."""
+        check_param(key, value)
+        with self._tables.lock:
+            self._row().params[key] = value
+
+    def get_string_param(self, key: str) -> str | None:
+        """A per-run config value, or None."""
+        check_param(key)
+        with self._tables.lock:
+            row = self._tables.runs.get(self._run_id)
+            return None if row is None else row.params.get(key)
+
+    def record_finding(
+        self,
+        kind: str,
+        severity: Severity | str,
+        resource_id: str | None,
+        detail: dict[str, Any] | None,
+    ) -> Finding:
+        """Store a finding and bump finding_count atomically."""
+        detail_json = detail_to_json(detail)
+        finding = Finding(
+            id=new_id(),
+            run_id=self._run_id,
+            kind=check_kind(kind),
+            severity=check_severity(severity),
+            resource_id=check_resource_id(resource_id),
+            detail=detail_from_json(detail_json),  # a JSON copy, as SQL hands back
+            created_at=self._clock(),
+        )
+        with self._tables.lock:
+            self._row().finding_count += 1
+            self._tables.findings.setdefault(self._run_id, []).append((finding, detail_json))
+        return finding
+
+    def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
+        """Record the start-time total and its kind."""
+        check_total(total)
+        with self._tables.lock:
+            row = self._tables.runs.get(self._run_id)
+            if row is not None:
+                row.progress_total = total
+                row.progress_kind = ProgressKind(kind).value
+
+    def _finish(self, status: RunStatus, **values: Any) -> bool:
+        with self._tables.lock:
+            row = self._tables.runs.get(self._run_id)
+            if row is None or not row.status.is_active:
+                return False
+            row.status = status
+            for name, value in values.items():
+                setattr(row, name, value)
+            return True
+
+    def mark_completed(self) -> bool:
+        """Active -> Completed."""
+        now = self._clock()
+        return self._finish(RunStatus.Completed, completed_at=now, last_progress_at=now)
+
+    def mark_paused(self, cursor: bytes) -> bool:
+        """Active -> Paused at cursor."""
+        check_cursor(cursor)
+        return self._finish(RunStatus.Paused, cursor=cursor, last_progress_at=self._clock())
+
+    def mark_failed(self, message: str) -> bool:
+        """Active -> Failed with a redacted message."""
+        now = self._clock()
+        return self._finish(
+            RunStatus.Failed,
+            completed_at=now,
+            last_progress_at=now,
+            error_message=clean_error(message),
+        )
+
+
+class InMemoryRunStoreProvider:
+    """Every run in memory; thread-safe, one lock for all operations."""
+
+    def __init__(self, clock: Clock = utcnow) -> None:
+        self._tables = _Tables()
+        self._clock = clock
+
+    def _bind(self, row: _Run) -> InMemoryRunStore:
+        return InMemoryRunStore(self._tables, row.id, row.started_at, self._clock)
+
+    def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
+        """Start, resume the Paused run, or report the active one."""
+        check_job_name(job_name)
+        check_owner(owner)
+        now = self._clock()
+        with self._tables.lock:
+            current = next(
+                (
+                    r
+                    for r in self._tables.runs.values()
+                    if r.job_name == job_name and r.status.is_non_terminal
+                ),
+                None,
+            )
+            if current is None:
+                row = _Run(new_id(), job_name, RunStatus.Running, owner, now, now)
+                self._tables.runs[row.id] = row
+                return Fresh(self._bind(row))
+            if current.status is not RunStatus.Paused:
+                return AlreadyActive(current.id, current.status)
+            current.status = RunStatus.Running
+            current.owner = owner
+            current.last_progress_at = now
+            current.error_message = None
+            return Resumed(self._bind(current), current.cursor)
+
+    def boot_recovery_sweep(self, owner: str, stale_after: float) -> list[str]:
+        """Pause this owner's active runs and any whose progress is stale."""
+        if check_owner(owner) is None:
+            raise ValueError("boot_recovery_sweep needs this worker's owner name")
+        cutoff = stale_cutoff(self._clock(), stale_after)
+        flipped: list[str] = []
+        with self._tables.lock:
+            for row in self._tables.runs.values():
+                if row.status.is_active and (row.owner == owner or row.last_progress_at < cutoff):
+                    row.status = RunStatus.Paused
+                    row.error_message = SWEEP_ERROR
+                    flipped.append(row.id)
+        return sorted(flipped)
+
+    def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
+        """Runs, newest first."""
+        check_limit(limit)
+        if job_name is not None:
+            check_job_name(job_name)
+        with self._tables.lock:
+            rows = [
+                r for r in self._tables.runs.values() if job_name is None or r.job_name == job_name
+            ]
+            rows.sort(key=lambda r: (r.started_at, r.id), reverse=True)
+            return [r.summary() for r in rows[:limit]]
+
+    def get_run_by_id(self, run_id: str) -> RunSummary | None:
+        """One run, or None."""
+        with self._tables.lock:
+            row = self._tables.runs.get(run_id)
+            return row.summary() if row is not None else None
+
+    def request_cancel(self, job_name: str) -> str | None:
+        """Running -> CancelRequested."""
+        check_job_name(job_name)
+        with self._tables.lock:
+            for row in self._tables.runs.values():
+                if row.job_name == job_name and row.status is RunStatus.Running:
+                    row.status = RunStatus.CancelRequested
+                    return row.id
+        return None
+
+    def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
+        """One page of a run's findings, in the order recorded."""
+        check_limit(limit, offset)
+        with self._tables.lock:
+            found = sorted(
+                self._tables.findings.get(run_id, []), key=lambda f: (f[0].created_at, f[0].id)
+            )
+        page = found[offset:][:limit]
+        return [dataclasses.replace(f, detail=detail_from_json(js)) for f, js in page]
+
+    def finding_severity_counts(self, run_id: str) -> dict[str, int]:
+        """Findings per severity, zeros included."""
+        counts = zero_severity_counts()
+        with self._tables.lock:
+            for finding, _ in self._tables.findings.get(run_id, []):
+                counts[finding.severity.value] += 1
+        return counts
+
+    def purge_terminal_runs(self, retention_days: float) -> int:
+        """Delete old Completed/Failed runs with their findings."""
+        cutoff = purge_cutoff(self._clock(), retention_days)
+        with self._tables.lock:
+            doomed = [
+                r.id
+                for r in self._tables.runs.values()
+                if not r.status.is_non_terminal
+                and r.completed_at is not None
+                and r.completed_at < cutoff
+            ]
+            for run_id in doomed:
+                del self._tables.runs[run_id]
+                self._tables.findings.pop(run_id, None)
+        return len(doomed)

@@ -1,0 +1,402 @@
+"""Recoverable runs on SQL: each operation below is one named, short statement where it can be."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from domain.clock import utcnow
+from domain.errors import ConcurrentUpdateError, RunNotActiveError, RunNotFoundError
+from domain.ids import new_id
+from domain.runs.checks import (
+    SWEEP_ERROR,
+    check_cursor,
+    check_delta,
+    check_job_name,
+    check_limit,
+    check_owner,
+    check_param,
+    check_total,
+    clean_error,
+    params_from_json,
+    params_to_json,
+    purge_cutoff,
+    stale_cutoff,
+)
+from domain.runs.findings import (
+    Finding,
+    Severity,
+    check_kind,
+    check_resource_id,
+    check_severity,
+    detail_from_json,
+    detail_to_json,
+    zero_severity_counts,
+)
+from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
+from domain.runs.progress import ProgressKind
+from domain.runs.status import (
+    ACTIVE_RUN_STATUSES,
+    NON_TERMINAL_RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    RunStatus,
+)
+from domain.runs.summary import RunSummary, build_summary
+from store.database import Database
+from store.models import RecoverableRunModel, RunFindingModel
+
+R = RecoverableRunModel
+F = RunFindingModel
+Clock = Callable[[], datetime]
+
+_ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
+_NON_TERMINAL = [s.value for s in NON_TERMINAL_RUN_STATUSES]
+_TERMINAL = [s.value for s in TERMINAL_RUN_STATUSES]
+_OPEN_ATTEMPTS = 5
+_PURGE_BATCH = 500
+
+
+def to_summary(row: RecoverableRunModel) -> RunSummary:
+    """Convert at the boundary: the domain never sees a row."""
+    return build_summary(
+        run_id=row.id,
+        job_name=row.job_name,
+        status=row.status,
+        owner=row.owner,
+        started_at=row.started_at,
+        last_progress_at=row.last_progress_at,
+        completed_at=row.completed_at,
+        cursor=row.cursor,
+        scanned_count=row.scanned_count,
+        finding_count=row.finding_count,
+        params=params_from_json(row.params_json),
+        progress_total=row.progress_total,
+        progress_kind=row.progress_kind,
+        error_message=row.error_message,
+    )
+
+
+def to_finding(row: RunFindingModel) -> Finding:
+    """A finding row as the domain's Finding."""
+    return Finding(
+        id=row.id,
+        run_id=row.run_id,
+        kind=row.kind,
+        severity=Severity(row.severity),
+        resource_id=row.resource_id,
+        detail=detail_from_json(row.detail_json),
+        created_at=row.created_at,
+    )
+
+
+def _rowcount(result: Any) -> int:
+    return int(result.rowcount)
+
+
+class SqlRunStore:
+    """One run's store: what its handler (and the engine) may write to that row."""
+
+    def __init__(self, database: Database, run_id: str, started_at: datetime, clock: Clock) -> None:
+        self.db = database
+        self._run_id = run_id
+        self._started_at = started_at
+        self._clock = clock
+
+    @property
+    def run_id(self) -> str:
+        """The run's ULID."""
+        return self._run_id
+
+    @property
+    def started_at(self) -> datetime:
+        """When the run first started."""
+        return self._started_at
+
+    def _read_status(self) -> RunStatus | None:
+        with self.db.session() as s:
+            text = s.scalar(select(R.status).where(R.id == self._run_id))
+        return None if text is None else RunStatus.parse(text)
+
+    def status(self) -> RunStatus:
+        """STATUS: SELECT status (the handler's cancel poll)."""
+        status = self._read_status()
+        if status is None:
+            raise RunNotFoundError(self._run_id)
+        return status
+
+    def _update_active(self, **values: Any) -> bool:
+        """One UPDATE … WHERE id AND status IN (Running, CancelRequested)."""
+        stmt = update(R).where(R.id == self._run_id, R.status.in_(_ACTIVE)).values(**values)
+        with self.db.session() as s:
+            return bool(_rowcount(s.execute(stmt)))
+
+    def _not_active(self) -> RunNotActiveError | RunNotFoundError:
+        status = self._read_status()
+        if status is None:
+            return RunNotFoundError(self._run_id)
+        return RunNotActiveError(self._run_id, status.as_str())
+
+    def checkpoint(self, cursor: bytes, delta_count: int) -> None:
+        """CHECKPOINT: one UPDATE of cursor, scanned_count and the heartbeat."""
+        check_cursor(cursor)
+        check_delta(delta_count)
+        if not self._update_active(
+            cursor=cursor,
+            scanned_count=R.scanned_count + delta_count,
+            last_progress_at=self._clock(),
+        ):
+            raise self._not_active()
+
+    def set_string_param(self, key: str, value: str) -> None:
+        """PARAM SET: read-modify-write of params_json under a row lock."""
+        check_param(key, value)
+        with self.db.session() as s:
+            stored = s.scalar(select(R.params_json).where(R.id == self._run_id).with_for_update())
+            if stored is None:
+                raise RunNotFoundError(self._run_id)
+            params = params_from_json(stored)
+            if params.get(key) == value:
+                return
+            params[key] = value
+            s.execute(
+                update(R).where(R.id == self._run_id).values(params_json=params_to_json(params))
+            )
+
+    def get_string_param(self, key: str) -> str | None:
+        """PARAM GET: SELECT params_json."""
+        check_param(key)
+        with self.db.session() as s:
+            stored = s.scalar(select(R.params_json).where(R.id == self._run_id))
+        return params_from_json(stored).get(key)
+
+    def record_finding(
+        self,
+        kind: str,
+        severity: Severity | str,
+        resource_id: str | None,
+        detail: dict[str, Any] | None,
+    ) -> Finding:
+        """FINDING: UPDATE finding_count (locks the run, proves it exists), then INSERT."""
+        detail_json = detail_to_json(detail)
+        finding = Finding(
+            id=new_id(),
+            run_id=self._run_id,
+            kind=check_kind(kind),
+            severity=check_severity(severity),
+            resource_id=check_resource_id(resource_id),
+            detail=detail_from_json(detail_json),
+            created_at=self._clock(),
+        )
+        with self.db.session() as s:
+            bumped = s.execute(
+                update(R).where(R.id == self._run_id).values(finding_count=R.finding_count + 1)
+            )
+            if not _rowcount(bumped):
+                raise RunNotFoundError(self._run_id)
+            s.execute(
+                insert(F).values(
+                    id=finding.id,
+                    run_id=finding.run_id,
+                    kind=finding.kind,
+                    severity=finding.severity.value,
+                    resource_id=finding.resource_id,
+                    detail_json=detail_json,
+                    created_at=finding.created_at,
+                )
+            )
+        return finding
+
+    def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
+        """SEED: UPDATE progress_total and progress_kind."""
+        check_total(total)
+        with self.db.session() as s:
+            s.execute(
+                update(R)
+                .where(R.id == self._run_id)
+                .values(progress_total=total, progress_kind=ProgressKind(kind).value)
+            )
+
+    def mark_completed(self) -> bool:
+        """COMPLETE: CAS active -> Completed."""
+        now = self._clock()
+        return self._update_active(
+            status=RunStatus.Completed.value, completed_at=now, last_progress_at=now
+        )
+
+    def mark_paused(self, cursor: bytes) -> bool:
+        """PAUSE: CAS active -> Paused, keeping the cursor for the resume."""
+        check_cursor(cursor)
+        return self._update_active(
+            status=RunStatus.Paused.value, cursor=cursor, last_progress_at=self._clock()
+        )
+
+    def mark_failed(self, message: str) -> bool:
+        """FAIL: CAS active -> Failed with a redacted, bounded message."""
+        now = self._clock()
+        return self._update_active(
+            status=RunStatus.Failed.value,
+            completed_at=now,
+            last_progress_at=now,
+            error_message=clean_error(message),
+        )
+
+
+class SqlRunStoreProvider:
+    """Every run on one Database (SQLite or PostgreSQL); joins the ambient transaction."""
+
+    def __init__(self, database: Database, clock: Clock = utcnow) -> None:
+        self.db = database
+        self._clock = clock
+
+    def _bind(self, run_id: str, started_at: datetime) -> SqlRunStore:
+        return SqlRunStore(self.db, run_id, started_at, self._clock)
+
+    def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
+        """OPEN: read the non-terminal run, then resume it, report it, or insert a new one."""
+        check_job_name(job_name)
+        check_owner(owner)
+        for _ in range(_OPEN_ATTEMPTS):
+            opened = self._try_open(job_name, owner)
+            if opened is not None:
+                return opened
+        raise ConcurrentUpdateError(f"runs of {job_name!r} kept changing while opening one")
+
+    def _try_open(self, job_name: str, owner: str | None) -> OpenResult | None:
+        """One attempt; None when a concurrent caller got there first (read again)."""
+        now = self._clock()
+        with self.db.session() as s:
+            current = s.execute(
+                select(R.id, R.status, R.cursor, R.started_at)
+                .where(R.job_name == job_name, R.status.in_(_NON_TERMINAL))
+                .with_for_update()
+            ).first()
+            if current is None:
+                run_id = new_id()
+                try:
+                    with s.begin_nested():  # the loser of the race keeps its transaction
+                        s.execute(insert(R).values(**self._new_row(run_id, job_name, owner, now)))
+                except IntegrityError:
+                    return None
+                return Fresh(self._bind(run_id, now))
+            status = RunStatus(current.status)
+            if status is not RunStatus.Paused:
+                return AlreadyActive(current.id, status)
+            resumed = s.execute(
+                update(R)
+                .where(R.id == current.id, R.status == RunStatus.Paused.value)
+                .values(
+                    status=RunStatus.Running.value,
+                    owner=owner,
+                    last_progress_at=now,
+                    error_message=None,
+                )
+            )
+            if not _rowcount(resumed):
+                return None
+            return Resumed(self._bind(current.id, current.started_at), current.cursor)
+
+    def _new_row(
+        self, run_id: str, job_name: str, owner: str | None, now: datetime
+    ) -> dict[str, Any]:
+        """Column values of a new Running run."""
+        return {
+            "id": run_id,
+            "job_name": job_name,
+            "status": RunStatus.Running.value,
+            "owner": owner,
+            "started_at": now,
+            "last_progress_at": now,
+            "scanned_count": 0,
+            "finding_count": 0,
+            "params_json": "{}",
+        }
+
+    def boot_recovery_sweep(self, owner: str, stale_after: float) -> list[str]:
+        """SWEEP: one UPDATE … RETURNING of this owner's active runs and the stale ones."""
+        if check_owner(owner) is None:
+            raise ValueError("boot_recovery_sweep needs this worker's owner name")
+        now = self._clock()
+        stmt = (
+            update(R)
+            .where(
+                R.status.in_(_ACTIVE),
+                or_(R.owner == owner, R.last_progress_at < stale_cutoff(now, stale_after)),
+            )
+            .values(status=RunStatus.Paused.value, error_message=SWEEP_ERROR)
+            .returning(R.id)
+        )
+        with self.db.session() as s:
+            return sorted(s.scalars(stmt))
+
+    def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
+        """LIST: newest first."""
+        check_limit(limit)
+        stmt = select(R).order_by(R.started_at.desc(), R.id.desc()).limit(limit)
+        if job_name is not None:
+            stmt = stmt.where(R.job_name == check_job_name(job_name))
+        with self.db.session() as s:
+            return [to_summary(row) for row in s.scalars(stmt)]
+
+    def get_run_by_id(self, run_id: str) -> RunSummary | None:
+        """GET: one run by id."""
+        with self.db.session() as s:
+            row = s.get(R, run_id)
+            return to_summary(row) if row is not None else None
+
+    def request_cancel(self, job_name: str) -> str | None:
+        """CANCEL: CAS Running -> CancelRequested … RETURNING id."""
+        stmt = (
+            update(R)
+            .where(R.job_name == check_job_name(job_name), R.status == RunStatus.Running.value)
+            .values(status=RunStatus.CancelRequested.value)
+            .returning(R.id)
+        )
+        with self.db.session() as s:
+            return s.scalars(stmt).first()
+
+    def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
+        """FINDINGS: one page, in the order recorded."""
+        check_limit(limit, offset)
+        stmt = (
+            select(F)
+            .where(F.run_id == run_id)
+            .order_by(F.created_at, F.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        with self.db.session() as s:
+            return [to_finding(row) for row in s.scalars(stmt)]
+
+    def finding_severity_counts(self, run_id: str) -> dict[str, int]:
+        """COUNTS: SELECT severity, count(*) … GROUP BY severity."""
+        stmt = select(F.severity, func.count()).where(F.run_id == run_id).group_by(F.severity)
+        counts = zero_severity_counts()
+        with self.db.session() as s:
+            for severity, count in s.execute(stmt):
+                counts[severity] = int(count)
+        return counts
+
+    def purge_terminal_runs(self, retention_days: float) -> int:
+        """PURGE: delete old terminal runs and their findings, batch by batch (short locks)."""
+        cutoff = purge_cutoff(self._clock(), retention_days)
+        total = 0
+        while True:
+            with self.db.session() as s:
+                doomed = list(
+                    s.scalars(
+                        select(R.id)
+                        .where(R.status.in_(_TERMINAL), R.completed_at < cutoff)
+                        .limit(_PURGE_BATCH)
+                    )
+                )
+                if not doomed:
+                    return total
+                # Findings first and explicitly, so this holds even where FKs are not enforced.
+                s.execute(delete(F).where(F.run_id.in_(doomed)))
+                total += _rowcount(s.execute(delete(R).where(R.id.in_(doomed))))
+            if len(doomed) < _PURGE_BATCH:
+                return total

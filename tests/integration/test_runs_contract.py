@@ -1,0 +1,585 @@
+"""One contract, three run stores: memory, SQLite and PostgreSQL behave the same."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from domain.clock import utcnow
+from domain.errors import RunNotActiveError, RunNotFoundError
+from domain.redaction import REDACTED
+from domain.runs import (
+    AlreadyActive,
+    Completed,
+    Failed,
+    Fresh,
+    Paused,
+    ProgressKind,
+    RecoverableJobHandler,
+    Resumed,
+    RunOutcome,
+    RunStatus,
+    RunStore,
+    RunStoreProvider,
+    Severity,
+    record_or_log,
+    run_or_resume,
+)
+from store.database import Database
+from store.runs_memory import InMemoryRunStoreProvider
+from store.runs_sql import SqlRunStoreProvider
+
+Body = Callable[[RunStore, Mapping[str, Any], bytes | None], RunOutcome]
+OWNER = "worker-a@host1"
+OTHER = "worker-b@host2"
+SECRET = "hunter2-secret"
+
+
+class FakeClock:
+    """A settable 'now', so staleness and retention need no sleeping."""
+
+    def __init__(self) -> None:
+        self._now = utcnow()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, **delta: float) -> None:
+        with self._lock:
+            self._now += timedelta(**delta)
+
+
+@dataclass
+class ScriptedHandler:
+    """A handler whose scan is a function; records what the engine handed it."""
+
+    name: str
+    body: Body
+    total: int | None = None
+    kind: ProgressKind = ProgressKind.count
+    total_calls: int = 0
+    cursors_seen: list[bytes | None] = field(default_factory=list)
+
+    def count_total(self) -> int | None:
+        self.total_calls += 1
+        return self.total
+
+    def progress_kind(self) -> ProgressKind:
+        return self.kind
+
+    def run_resumable(
+        self, store: RunStore, args: Mapping[str, Any], resume_cursor: bytes | None
+    ) -> RunOutcome:
+        self.cursors_seen.append(resume_cursor)
+        return self.body(store, args, resume_cursor)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+def provider(request: pytest.FixtureRequest, clock: FakeClock) -> RunStoreProvider:
+    """The run store provider of each backend, on the test's clock."""
+    if request.param == "memory":
+        return InMemoryRunStoreProvider(clock)
+    fixture = "sqlite_database" if request.param == "sqlite" else "pg_database"
+    db: Database = request.getfixturevalue(fixture)
+    return SqlRunStoreProvider(db, clock)
+
+
+def completes(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+    return Completed()
+
+
+def open_fresh(provider: RunStoreProvider, name: str, owner: str | None = OWNER) -> RunStore:
+    opened = provider.open_or_start(name, owner=owner)
+    assert isinstance(opened, Fresh)
+    return opened.store
+
+
+# -- the engine's paths ----------------------------------------------------------------------
+
+
+def test_fresh_run_completes_with_counts(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        assert cursor is None and args == {"depth": 2}
+        assert store.status() is RunStatus.Running
+        store.checkpoint(b"row-5", 5)
+        record_or_log(store, "orphan", Severity.data_loss, "res-1", {"why": "gone"})
+        store.checkpoint(b"row-10", 5)
+        record_or_log(store, "drift", "anomaly", None, None)
+        return Completed()
+
+    handler = ScriptedHandler("scan", scan, total=10)
+    outcome = run_or_resume(handler, provider, {"depth": 2}, owner=OWNER)
+
+    assert outcome.ok and outcome.completed and not outcome.paused and outcome.skipped is None
+    assert outcome.status is RunStatus.Completed
+    assert (outcome.scanned_count, outcome.finding_count) == (10, 2)
+    assert outcome.severity_counts == {"data_loss": 1, "inconsistent": 0, "anomaly": 1}
+    assert outcome.cursor_hex == b"row-10".hex()
+    assert outcome.run_id is not None and outcome.message.endswith(outcome.run_id)
+    summary = provider.get_run_by_id(outcome.run_id)
+    assert summary is not None
+    assert summary.status is RunStatus.Completed and summary.completed_at is not None
+    assert summary.owner == OWNER and summary.job_name == "scan"
+    assert summary.stats == {"scanned_count": 10, "finding_count": 2, "progress_total": 10}
+    assert summary.progress is not None and summary.progress.fraction == 1.0
+    assert summary.started_at.tzinfo is not None
+    assert handler.total_calls == 1
+
+
+def test_paused_run_keeps_its_cursor(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        store.checkpoint(b"\x00\x01", 3)
+        return Paused(b"\x00\x02")
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {})
+
+    assert outcome.ok and outcome.paused and not outcome.completed
+    assert outcome.status is RunStatus.Paused and outcome.cursor_hex == "0002"
+    assert outcome.run_id is not None
+    summary = provider.get_run_by_id(outcome.run_id)
+    assert summary is not None and summary.cursor == "0002" and summary.completed_at is None
+    assert summary.scanned_count == 3
+
+
+def test_failed_run_message_ends_with_run_id(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        return Failed("source table missing")
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {})
+
+    assert not outcome.ok and not outcome.completed and not outcome.paused
+    assert outcome.status is RunStatus.Failed and outcome.run_id is not None
+    assert outcome.message.endswith(outcome.run_id)
+    assert "source table missing" in outcome.message
+    summary = provider.get_run_by_id(outcome.run_id)
+    assert summary is not None and summary.error_message == "source table missing"
+    assert summary.completed_at is not None
+
+
+def test_handler_exception_fails_the_run_redacted(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        raise RuntimeError(f"cannot connect: password={SECRET}")
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {})
+
+    assert not outcome.ok and outcome.status is RunStatus.Failed and outcome.run_id
+    summary = provider.get_run_by_id(outcome.run_id)
+    assert summary is not None and summary.error_message is not None
+    assert summary.error_message == f"RuntimeError: cannot connect: password={REDACTED}"
+    assert SECRET not in outcome.message and outcome.message.endswith(outcome.run_id)
+
+
+def test_resume_hands_back_the_cursor_and_does_not_recount(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        if cursor is None:
+            store.checkpoint(b"half", 4)
+            return Paused(b"half")
+        assert cursor == b"half"
+        store.checkpoint(b"end", 4)
+        return Completed()
+
+    handler = ScriptedHandler("scan", scan, total=8)
+    first = run_or_resume(handler, provider, {}, owner=OWNER)
+    before = provider.get_run_by_id(first.run_id or "")
+    second = run_or_resume(handler, provider, {}, owner=OTHER)
+
+    assert first.paused and second.completed and first.run_id == second.run_id
+    assert handler.cursors_seen == [None, b"half"]
+    assert handler.total_calls == 1
+    after = provider.get_run_by_id(first.run_id or "")
+    assert before is not None and after is not None
+    assert after.started_at == before.started_at and after.owner == OTHER
+    assert after.scanned_count == 8 and after.stats["progress_total"] == 8
+    assert len(provider.list_runs("scan")) == 1
+
+
+@pytest.mark.parametrize("status", [RunStatus.Running, RunStatus.CancelRequested])
+def test_trigger_while_active_is_skipped_and_touches_nothing(
+    provider: RunStoreProvider, status: RunStatus
+) -> None:
+    store = open_fresh(provider, "scan", owner=OTHER)
+    store.checkpoint(b"mid", 7)
+    if status is RunStatus.CancelRequested:
+        assert provider.request_cancel("scan") == store.run_id
+    before = provider.get_run_by_id(store.run_id)
+    handler = ScriptedHandler("scan", completes, total=99)
+
+    outcome = run_or_resume(handler, provider, {}, owner=OWNER)
+
+    assert outcome.ok and outcome.skipped == "already_running"
+    assert outcome.run_id == store.run_id and outcome.status is status
+    assert not outcome.completed and not outcome.paused
+    assert handler.cursors_seen == [] and handler.total_calls == 0
+    assert provider.get_run_by_id(store.run_id) == before
+    assert [r.id for r in provider.list_runs("scan")] == [store.run_id]
+
+
+def test_cancel_request_reaches_the_handler_which_pauses(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        if cursor is not None:
+            return Completed()
+        store.checkpoint(b"c1", 3)
+        assert store.status() is RunStatus.Running
+        assert provider.request_cancel("scan") == store.run_id  # the operator, mid-scan
+        assert provider.request_cancel("scan") is None  # nothing Running any more
+        if store.status() is RunStatus.CancelRequested:
+            return Paused(b"c1")
+        return Completed()
+
+    handler = ScriptedHandler("scan", scan)
+    outcome = run_or_resume(handler, provider, {})
+
+    assert outcome.paused and outcome.status is RunStatus.Paused and outcome.cursor_hex == "6331"
+    again = run_or_resume(handler, provider, {})
+    assert again.completed and again.run_id == outcome.run_id
+    assert handler.cursors_seen == [None, b"c1"]
+
+
+def test_request_cancel_without_a_running_run(provider: RunStoreProvider) -> None:
+    assert provider.request_cancel("scan") is None
+    store = open_fresh(provider, "scan")
+    assert store.mark_paused(b"x")
+    assert provider.request_cancel("scan") is None
+    summary = provider.get_run_by_id(store.run_id)
+    assert summary is not None and summary.status is RunStatus.Paused
+
+
+def test_wrong_return_value_fails_the_run(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        return "done"  # type: ignore[return-value]
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {})
+
+    assert outcome.status is RunStatus.Failed and "not a RunOutcome" in outcome.message
+
+
+def test_run_swept_mid_scan_is_not_overwritten(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        store.checkpoint(b"a", 1)
+        assert provider.boot_recovery_sweep(OWNER, stale_after=3600) == [store.run_id]
+        with pytest.raises(RunNotActiveError):
+            store.checkpoint(b"b", 1)
+        return Completed()
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {}, owner=OWNER)
+
+    assert not outcome.ok and outcome.status is RunStatus.Paused
+    assert outcome.cursor_hex == b"a".hex() and outcome.run_id
+    assert outcome.message.endswith(outcome.run_id)
+
+
+# -- boot recovery sweep ---------------------------------------------------------------------
+
+
+def test_sweep_pauses_own_runs_including_cancel_requested(provider: RunStoreProvider) -> None:
+    running = open_fresh(provider, "a")
+    running.checkpoint(b"ck", 2)
+    cancelling = open_fresh(provider, "b")
+    assert provider.request_cancel("b") == cancelling.run_id
+
+    flipped = provider.boot_recovery_sweep(OWNER, stale_after=3600)
+
+    assert flipped == sorted([running.run_id, cancelling.run_id])
+    for run_id in flipped:
+        summary = provider.get_run_by_id(run_id)
+        assert summary is not None and summary.status is RunStatus.Paused
+        assert summary.error_message == "worker restart mid-run"
+    resumed = provider.open_or_start("a", owner=OWNER)
+    assert isinstance(resumed, Resumed) and resumed.cursor == b"ck"
+    summary = provider.get_run_by_id(running.run_id)
+    assert summary is not None and summary.error_message is None
+    assert summary.status is RunStatus.Running
+
+
+def test_sweep_spares_a_live_workers_run_but_not_a_stale_one(
+    provider: RunStoreProvider, clock: FakeClock
+) -> None:
+    theirs = open_fresh(provider, "theirs", owner=OTHER)
+
+    assert provider.boot_recovery_sweep(OWNER, stale_after=600) == []
+    summary = provider.get_run_by_id(theirs.run_id)
+    assert summary is not None and summary.status is RunStatus.Running
+
+    clock.advance(seconds=300)
+    theirs.checkpoint(b"alive", 1)  # the heartbeat moves the staleness window
+    clock.advance(seconds=400)
+    assert provider.boot_recovery_sweep(OWNER, stale_after=600) == []
+
+    clock.advance(seconds=201)
+    assert provider.boot_recovery_sweep(OWNER, stale_after=600) == [theirs.run_id]
+    summary = provider.get_run_by_id(theirs.run_id)
+    assert summary is not None and summary.status is RunStatus.Paused
+
+
+def test_sweep_leaves_paused_and_terminal_runs(
+    provider: RunStoreProvider, clock: FakeClock
+) -> None:
+    paused = open_fresh(provider, "p")
+    assert paused.mark_paused(b"p")
+    done = open_fresh(provider, "d")
+    assert done.mark_completed()
+    failed = open_fresh(provider, "f")
+    assert failed.mark_failed("boom")
+    clock.advance(days=3)
+
+    assert provider.boot_recovery_sweep(OWNER, stale_after=0) == []
+    statuses = {r.job_name: (r.status, r.error_message) for r in provider.list_runs()}
+    assert statuses == {
+        "p": (RunStatus.Paused, None),
+        "d": (RunStatus.Completed, None),
+        "f": (RunStatus.Failed, "boom"),
+    }
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+def test_approximate_progress_may_exceed_one(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        store.checkpoint(b"x", 15)
+        return Completed()
+
+    handler = ScriptedHandler("scan", scan, total=10, kind=ProgressKind.approximate)
+    outcome = run_or_resume(handler, provider, {})
+
+    summary = provider.get_run_by_id(outcome.run_id or "")
+    assert summary is not None and summary.progress is not None
+    assert summary.progress.fraction == 1.5
+    assert summary.progress.kind is ProgressKind.approximate
+    assert (summary.progress.scanned, summary.progress.total) == (15, 10)
+
+
+@pytest.mark.parametrize("total", [None, 0])
+def test_progress_unknown_without_a_total(provider: RunStoreProvider, total: int | None) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        store.checkpoint(b"x", 4)
+        return Completed()
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan, total=total), provider, {})
+
+    summary = provider.get_run_by_id(outcome.run_id or "")
+    assert summary is not None and summary.progress is None and summary.scanned_count == 4
+
+
+def test_count_total_failure_is_not_fatal(
+    provider: RunStoreProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Exploding(ScriptedHandler):
+        def count_total(self) -> int | None:
+            raise OSError(f"token={SECRET} rejected")
+
+    with caplog.at_level(logging.WARNING, logger="domain.runs.engine"):
+        outcome = run_or_resume(Exploding("scan", completes), provider, {})
+
+    assert outcome.completed
+    summary = provider.get_run_by_id(outcome.run_id or "")
+    assert summary is not None and summary.progress is None
+    assert "count_total() failed" in caplog.text and SECRET not in caplog.text
+
+
+# -- findings ---------------------------------------------------------------------------------
+
+
+def test_findings_counts_and_paging(provider: RunStoreProvider) -> None:
+    store = open_fresh(provider, "scan")
+    plan = [Severity.data_loss] * 3 + [Severity.inconsistent] + [Severity.anomaly] * 2
+    recorded = [
+        store.record_finding("k", severity, f"res-{i}", {"i": i, "nested": {"ok": True}})
+        for i, severity in enumerate(plan)
+    ]
+
+    assert provider.finding_severity_counts(store.run_id) == {
+        "data_loss": 3,
+        "inconsistent": 1,
+        "anomaly": 2,
+    }
+    summary = provider.get_run_by_id(store.run_id)
+    assert summary is not None and summary.finding_count == 6
+    pages = [provider.list_findings(store.run_id, limit=4, offset=o) for o in (0, 4, 8)]
+    assert [len(p) for p in pages] == [4, 2, 0]
+    listed = pages[0] + pages[1]
+    assert sorted(f.id for f in listed) == sorted(f.id for f in recorded)
+    by_id = {f.id: f for f in listed}
+    for finding in recorded:
+        got = by_id[finding.id]
+        assert (got.run_id, got.kind, got.severity) == (store.run_id, "k", finding.severity)
+        assert got.detail == finding.detail and got.resource_id == finding.resource_id
+        assert got.created_at == finding.created_at
+
+
+def test_invalid_finding_is_refused_before_any_write(provider: RunStoreProvider) -> None:
+    store = open_fresh(provider, "scan")
+    with pytest.raises(ValueError):
+        store.record_finding("k", "catastrophic", None, None)
+    with pytest.raises(ValueError):
+        store.record_finding("", Severity.anomaly, None, None)
+    with pytest.raises(ValueError):
+        store.record_finding("k", Severity.anomaly, None, {"bad": object()})
+    summary = provider.get_run_by_id(store.run_id)
+    assert summary is not None and summary.finding_count == 0
+    assert provider.list_findings(store.run_id) == []
+
+
+def test_record_or_log_swallows_a_failed_write(
+    provider: RunStoreProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_fresh(provider, "scan")
+    with caplog.at_level(logging.WARNING, logger="domain.runs.engine"):
+        assert record_or_log(store, "k", "nonsense", "r1", {}) is None
+    assert "could not record finding" in caplog.text
+    assert record_or_log(store, "k", "anomaly", "r1", {"a": 1}) is not None
+    assert provider.finding_severity_counts(store.run_id)["anomaly"] == 1
+
+
+# -- per-run params ---------------------------------------------------------------------------
+
+
+def test_string_params_survive_a_resume(provider: RunStoreProvider) -> None:
+    store = open_fresh(provider, "scan")
+    assert store.get_string_param("mode") is None
+    store.set_string_param("mode", "deep")
+    store.set_string_param("mode", "deep")  # idempotent
+    store.set_string_param("table", "users")
+    assert store.mark_paused(b"c")
+
+    resumed = provider.open_or_start("scan", owner=OWNER)
+
+    assert isinstance(resumed, Resumed) and resumed.store.run_id == store.run_id
+    assert resumed.store.get_string_param("mode") == "deep"
+    assert resumed.store.started_at == store.started_at
+    summary = provider.get_run_by_id(store.run_id)
+    assert summary is not None and summary.params == {"mode": "deep", "table": "users"}
+
+
+# -- listing, missing runs, bad arguments -----------------------------------------------------
+
+
+def test_list_runs_newest_first(provider: RunStoreProvider, clock: FakeClock) -> None:
+    ids = []
+    for _ in range(3):
+        store = open_fresh(provider, "scan")
+        assert store.mark_completed()
+        ids.append(store.run_id)
+        clock.advance(seconds=1)
+    other = open_fresh(provider, "other")
+
+    assert [r.id for r in provider.list_runs("scan")] == ids[::-1]
+    assert [r.id for r in provider.list_runs("scan", limit=2)] == ids[:0:-1]
+    assert [r.id for r in provider.list_runs(limit=1)] == [other.run_id]
+    assert provider.get_run_by_id("01J00000000000000000000000") is None
+
+
+def test_store_of_a_purged_run(provider: RunStoreProvider, clock: FakeClock) -> None:
+    store = open_fresh(provider, "scan")
+    assert store.mark_completed()
+    clock.advance(days=2)
+    assert provider.purge_terminal_runs(1) == 1
+
+    with pytest.raises(RunNotFoundError):
+        store.status()
+    with pytest.raises(RunNotFoundError):
+        store.checkpoint(b"x", 1)
+    with pytest.raises(RunNotFoundError):
+        store.record_finding("k", Severity.anomaly, None, None)
+    assert not store.mark_failed("late")
+    assert provider.list_findings(store.run_id) == []
+
+
+def test_bad_arguments_are_refused(provider: RunStoreProvider) -> None:
+    with pytest.raises(ValueError):
+        provider.open_or_start("")
+    with pytest.raises(ValueError):
+        provider.open_or_start("scan", owner="")
+    store = open_fresh(provider, "scan")
+    with pytest.raises(TypeError):
+        store.checkpoint("not bytes", 1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        store.checkpoint(b"x", -1)
+    with pytest.raises(ValueError):
+        provider.list_findings(store.run_id, limit=0)
+    with pytest.raises(ValueError):
+        provider.boot_recovery_sweep("", 10)
+    summary = provider.get_run_by_id(store.run_id)
+    assert summary is not None and summary.scanned_count == 0 and summary.cursor is None
+
+
+def test_a_terminal_run_frees_the_job_name(provider: RunStoreProvider) -> None:
+    first = open_fresh(provider, "scan")
+    again = provider.open_or_start("scan")
+    assert isinstance(again, AlreadyActive) and again.run_id == first.run_id
+    assert first.mark_failed("x")
+    assert not first.mark_completed()  # nothing leaves a terminal state
+
+    second = open_fresh(provider, "scan")
+
+    assert second.run_id != first.run_id
+    summary = provider.get_run_by_id(first.run_id)
+    assert summary is not None and summary.status is RunStatus.Failed
+
+
+# -- purge --------------------------------------------------------------------------------------
+
+
+def test_purge_removes_old_terminal_runs_and_their_findings(
+    provider: RunStoreProvider, clock: FakeClock
+) -> None:
+    old_done = open_fresh(provider, "a")
+    old_done.record_finding("k", Severity.data_loss, "r", {"x": 1})
+    assert old_done.mark_completed()
+    old_failed = open_fresh(provider, "b")
+    old_failed.record_finding("k", Severity.anomaly, "r", None)
+    assert old_failed.mark_failed("boom")
+    old_paused = open_fresh(provider, "c")
+    assert old_paused.mark_paused(b"p")
+    old_running = open_fresh(provider, "d")
+    clock.advance(days=3)
+    recent = open_fresh(provider, "e")
+    assert recent.mark_completed()
+    clock.advance(hours=12)
+
+    assert provider.purge_terminal_runs(2) == 2
+
+    for gone in (old_done, old_failed):
+        assert provider.get_run_by_id(gone.run_id) is None
+        assert provider.list_findings(gone.run_id) == []
+        assert provider.finding_severity_counts(gone.run_id) == {
+            "data_loss": 0,
+            "inconsistent": 0,
+            "anomaly": 0,
+        }
+    kept = {r.id for r in provider.list_runs()}
+    assert kept == {old_paused.run_id, old_running.run_id, recent.run_id}
+
+
+@pytest.mark.parametrize("days", [0, -5, 0.5])
+def test_purge_keeps_at_least_one_day(
+    provider: RunStoreProvider, clock: FakeClock, days: float
+) -> None:
+    store = open_fresh(provider, "scan")
+    assert store.mark_completed()
+    clock.advance(hours=23)
+    assert provider.purge_terminal_runs(days) == 0
+    assert provider.get_run_by_id(store.run_id) is not None
+    clock.advance(hours=2)
+    assert provider.purge_terminal_runs(days) == 1
+    assert provider.get_run_by_id(store.run_id) is None
+
+
+def test_handlers_and_providers_match_their_protocols(provider: RunStoreProvider) -> None:
+    handler = ScriptedHandler("scan", completes)
+    assert isinstance(handler, RecoverableJobHandler)
+    assert isinstance(provider, RunStoreProvider)
+    assert isinstance(open_fresh(provider, "scan"), RunStore)

@@ -1,0 +1,114 @@
+"""Migration 0002 builds exactly the run tables of the models, and the schema keeps the rules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
+
+from store.database import Database
+from store.migrate import downgrade, upgrade
+from store.models import Base
+from tests.support import create_pg_database, drop_pg_database
+
+RUN_TABLES = {"recoverable_runs", "run_findings"}
+
+INSERT_RUN = (
+    "INSERT INTO recoverable_runs (id, job_name, status, started_at, last_progress_at, "
+    "completed_at, scanned_count, finding_count, params_json) VALUES "
+    "(:id, :job, :status, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, :done, 0, 0, '{}')"
+)
+INSERT_FINDING = (
+    "INSERT INTO run_findings (id, run_id, kind, severity, detail_json, created_at) VALUES "
+    "(:id, :run, 'k', :severity, '{}', CURRENT_TIMESTAMP)"
+)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """A fresh database brought to head by the migrations (not by create_all)."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'runs.db'}"
+        upgrade(url)
+        db = Database(url)
+        yield db
+        db.close()
+        return
+    url = create_pg_database()
+    try:
+        upgrade(url)
+        db = Database(url)
+        yield db
+        db.close()
+    finally:
+        drop_pg_database(url)
+
+
+def _run(id_: str, job: str, status: str, done: bool = False) -> dict[str, object]:
+    return {"id": id_, "job": job, "status": status, "done": "2026-01-01" if done else None}
+
+
+def test_autogenerate_finds_no_difference(migrated: Database) -> None:
+    with migrated.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        tables = set(inspect(conn).get_table_names())
+    assert diff == []
+    assert tables >= RUN_TABLES
+
+
+def test_one_non_terminal_run_per_job_name(migrated: Database) -> None:
+    with migrated.engine.begin() as conn:
+        conn.execute(text(INSERT_RUN), _run("R1", "scan", "Completed", done=True))
+        conn.execute(text(INSERT_RUN), _run("R2", "scan", "Failed", done=True))
+        conn.execute(text(INSERT_RUN), _run("R3", "scan", "Paused"))
+        conn.execute(text(INSERT_RUN), _run("R4", "other", "Running"))
+    for status in ("Running", "Paused", "CancelRequested"):
+        with pytest.raises(IntegrityError), migrated.engine.begin() as conn:
+            conn.execute(text(INSERT_RUN), _run("R9", "scan", status))
+    with migrated.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM recoverable_runs")).scalar() == 4
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        (_run("R1", "scan", "Exploded"), "unknown status"),
+        (_run("R1", "scan", "Completed"), "terminal without completed_at"),
+    ],
+)
+def test_check_constraints_refuse_bad_runs(
+    migrated: Database, row: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(IntegrityError), migrated.engine.begin() as conn:
+        conn.execute(text(INSERT_RUN), row)
+    with migrated.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM recoverable_runs")).scalar() == 0, reason
+
+
+def test_findings_check_severity_and_cascade(migrated: Database) -> None:
+    with migrated.engine.begin() as conn:
+        conn.execute(text(INSERT_RUN), _run("R1", "scan", "Completed", done=True))
+        conn.execute(text(INSERT_FINDING), {"id": "F1", "run": "R1", "severity": "anomaly"})
+    with pytest.raises(IntegrityError), migrated.engine.begin() as conn:
+        conn.execute(text(INSERT_FINDING), {"id": "F2", "run": "R1", "severity": "meh"})
+    with pytest.raises(IntegrityError), migrated.engine.begin() as conn:
+        conn.execute(text(INSERT_FINDING), {"id": "F3", "run": "nope", "severity": "anomaly"})
+    with migrated.engine.begin() as conn:
+        conn.execute(text("DELETE FROM recoverable_runs WHERE id = 'R1'"))
+    with migrated.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM run_findings")).scalar() == 0
+
+
+def test_downgrade_to_0001_drops_only_the_run_tables(migrated: Database) -> None:
+    downgrade(migrated.url, "0001_ledger")
+    with migrated.engine.connect() as conn:
+        tables = set(inspect(conn).get_table_names())
+    assert not tables & RUN_TABLES and {"async_jobs", "plans"} <= tables
+    upgrade(migrated.url)
+    with migrated.engine.connect() as conn:
+        assert set(inspect(conn).get_table_names()) >= RUN_TABLES

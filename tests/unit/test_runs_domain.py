@@ -1,0 +1,278 @@
+"""Recoverable runs' pure parts: statuses, outcomes, progress, findings, checks, reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from domain.errors import PlanqError, RunNotActiveError, RunNotFoundError
+from domain.redaction import REDACTED
+from domain.runs import (
+    ACTIVE_RUN_STATUSES,
+    NON_TERMINAL_RUN_STATUSES,
+    TERMINAL_RUN_STATUSES,
+    Completed,
+    Failed,
+    Finding,
+    JobOutcome,
+    Paused,
+    ProgressKind,
+    RunOutcome,
+    RunProgress,
+    RunStatus,
+    Severity,
+    derive_progress,
+    describe_exception,
+)
+from domain.runs.checks import (
+    check_delta,
+    check_param,
+    check_total,
+    clean_error,
+    params_from_json,
+    params_to_json,
+    purge_cutoff,
+    stale_cutoff,
+)
+from domain.runs.findings import check_kind, check_severity, detail_from_json, detail_to_json
+from domain.runs.summary import build_summary
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+# -- status -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "non_terminal", "active"),
+    [
+        ("Running", RunStatus.Running, True, True),
+        ("Paused", RunStatus.Paused, True, False),
+        ("CancelRequested", RunStatus.CancelRequested, True, True),
+        ("Completed", RunStatus.Completed, False, False),
+        ("Failed", RunStatus.Failed, False, False),
+    ],
+)
+def test_status_round_trip_and_classes(
+    text: str, status: RunStatus, non_terminal: bool, active: bool
+) -> None:
+    assert RunStatus.parse(text) is status
+    assert status.as_str() == text
+    assert RunStatus.parse(status.as_str()) is status
+    assert status.is_non_terminal is non_terminal
+    assert status.is_active is active
+
+
+@pytest.mark.parametrize("text", ["running", "", "Cancelled", "RUNNING", " Paused"])
+def test_unknown_status_parses_to_none(text: str) -> None:
+    assert RunStatus.parse(text) is None
+
+
+def test_status_sets_partition_every_status() -> None:
+    assert set(RunStatus) == NON_TERMINAL_RUN_STATUSES | TERMINAL_RUN_STATUSES
+    assert not NON_TERMINAL_RUN_STATUSES & TERMINAL_RUN_STATUSES
+    assert ACTIVE_RUN_STATUSES < NON_TERMINAL_RUN_STATUSES
+    assert RunStatus.CancelRequested in NON_TERMINAL_RUN_STATUSES
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+
+def test_outcomes_are_frozen_values() -> None:
+    outcomes: list[RunOutcome] = [Completed(), Paused(b"\x01"), Failed("x")]
+    assert outcomes == [Completed(), Paused(b"\x01"), Failed("x")]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        outcomes[1].cursor = b"\x02"  # type: ignore[union-attr,misc]
+
+
+def test_paused_needs_a_bytes_cursor() -> None:
+    with pytest.raises(TypeError):
+        Paused("row-5")  # type: ignore[arg-type]
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scanned", "total", "kind", "fraction"),
+    [
+        (5, 10, ProgressKind.count, 0.5),
+        (0, 10, ProgressKind.count, 0.0),
+        (10, 10, ProgressKind.count, 1.0),
+        (15, 10, ProgressKind.approximate, 1.5),
+        (15, 10, ProgressKind.count, 1.5),
+        (5, None, ProgressKind.count, None),
+        (5, 0, ProgressKind.approximate, None),
+    ],
+)
+def test_derive_progress_is_unclamped_and_none_without_a_total(
+    scanned: int, total: int | None, kind: ProgressKind, fraction: float | None
+) -> None:
+    progress = derive_progress(scanned, total, kind)
+    if fraction is None:
+        assert progress is None
+    else:
+        assert progress == RunProgress(fraction, kind, scanned, total or 0)
+
+
+def test_derive_progress_defaults_to_count() -> None:
+    progress = derive_progress(1, 4)
+    assert progress is not None and progress.kind is ProgressKind.count
+    assert progress.as_dict() == {"fraction": 0.25, "kind": "count", "scanned": 1, "total": 4}
+
+
+# -- findings ---------------------------------------------------------------------------------
+
+
+def test_severity_values_and_check() -> None:
+    assert [s.value for s in Severity] == ["data_loss", "inconsistent", "anomaly"]
+    assert check_severity("inconsistent") is Severity.inconsistent
+    assert check_severity(Severity.anomaly) is Severity.anomaly
+    with pytest.raises(ValueError, match="data_loss, inconsistent, anomaly"):
+        check_severity("fatal")
+
+
+@pytest.mark.parametrize("kind", ["", "   ", "x" * 101, 7, None])
+def test_bad_finding_kinds(kind: object) -> None:
+    with pytest.raises(ValueError):
+        check_kind(kind)
+
+
+def test_detail_json_round_trip_and_refusals() -> None:
+    detail = {"b": [1, 2], "a": {"nested": None}}
+    assert detail_from_json(detail_to_json(detail)) == detail
+    assert detail_to_json(None) == "{}"
+    with pytest.raises(TypeError):
+        detail_to_json(["not", "a", "dict"])
+    with pytest.raises(ValueError):
+        detail_to_json({"x": float("nan")})
+    with pytest.raises(ValueError):
+        detail_to_json({"x": object()})
+
+
+def test_finding_as_dict_is_json_ready() -> None:
+    finding = Finding("F1", "R1", "orphan", Severity.data_loss, None, {"a": 1}, NOW)
+    assert json.loads(json.dumps(finding.as_dict()))["severity"] == "data_loss"
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("days", "expected"), [(0, 1.0), (-3, 1.0), (0.5, 1.0), (1, 1.0), (30, 30.0)]
+)
+def test_purge_keeps_at_least_one_day(days: float, expected: float) -> None:
+    assert purge_cutoff(NOW, days) == NOW - timedelta(days=expected)
+
+
+def test_stale_cutoff() -> None:
+    assert stale_cutoff(NOW, 90) == NOW - timedelta(seconds=90)
+    with pytest.raises(ValueError):
+        stale_cutoff(NOW, -1)
+    with pytest.raises(TypeError):
+        stale_cutoff(NOW, "90")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "3"])
+def test_bad_counts(bad: object) -> None:
+    with pytest.raises(ValueError):
+        check_delta(bad)
+    with pytest.raises(ValueError):
+        check_total(bad)
+
+
+def test_params_checks_and_json() -> None:
+    assert check_param("k", "v") == ("k", "v")
+    with pytest.raises(ValueError):
+        check_param("", "v")
+    with pytest.raises(TypeError):
+        check_param("k", 3)
+    assert params_from_json(params_to_json({"b": "2", "a": "1"})) == {"a": "1", "b": "2"}
+    assert params_from_json(None) == {} and params_from_json("[]") == {}
+
+
+def test_clean_error_redacts_and_bounds() -> None:
+    assert clean_error("login failed: password=hunter2") == f"login failed: password={REDACTED}"
+    assert len(clean_error("x" * 10_000)) == 4000
+
+
+def test_describe_exception_names_the_type_and_redacts() -> None:
+    text = describe_exception(ValueError("token=abc123def rejected"))
+    assert text == f"ValueError: token={REDACTED} rejected"
+
+
+def test_run_errors_sit_under_the_root() -> None:
+    assert issubclass(RunNotFoundError, PlanqError) and issubclass(RunNotFoundError, LookupError)
+    err = RunNotActiveError("R1", "Paused")
+    assert isinstance(err, PlanqError) and (err.run_id, err.status) == ("R1", "Paused")
+    assert "R1" in str(RunNotFoundError("R1"))
+
+
+# -- summaries and reports --------------------------------------------------------------------
+
+
+def _summary(**overrides: object) -> dict[str, object]:
+    fields: dict[str, object] = {
+        "run_id": "R1",
+        "job_name": "scan",
+        "status": "Paused",
+        "owner": "w1",
+        "started_at": NOW,
+        "last_progress_at": NOW,
+        "completed_at": None,
+        "cursor": b"\xab\xcd",
+        "scanned_count": 30,
+        "finding_count": 2,
+        "params": {"mode": "deep"},
+        "progress_total": 40,
+        "progress_kind": "approximate",
+        "error_message": None,
+    }
+    fields.update(overrides)
+    return fields
+
+
+def test_build_summary_derives_progress_and_hex_cursor() -> None:
+    summary = build_summary(**_summary())  # type: ignore[arg-type]
+    assert summary.status is RunStatus.Paused and summary.cursor == "abcd"
+    assert summary.stats == {"scanned_count": 30, "finding_count": 2, "progress_total": 40}
+    assert summary.progress == RunProgress(0.75, ProgressKind.approximate, 30, 40)
+    assert json.loads(json.dumps(summary.as_dict()))["progress"]["fraction"] == 0.75
+
+
+def test_build_summary_without_total_or_cursor() -> None:
+    summary = build_summary(**_summary(progress_total=None, progress_kind=None, cursor=None))  # type: ignore[arg-type]
+    assert summary.progress is None and summary.cursor is None
+    assert "progress_total" not in summary.stats
+
+
+def test_build_summary_refuses_an_unknown_status() -> None:
+    with pytest.raises(ValueError, match="unknown status"):
+        build_summary(**_summary(status="Exploded"))  # type: ignore[arg-type]
+
+
+def test_already_running_outcome() -> None:
+    outcome = JobOutcome.already_running("R1", RunStatus.CancelRequested)
+    assert outcome.ok and outcome.skipped == "already_running"
+    assert not outcome.completed and not outcome.paused
+    data = json.loads(json.dumps(outcome.as_dict()))
+    assert data["status"] == "CancelRequested" and data["run_id"] == "R1"
+    assert data["severity_counts"] == {"data_loss": 0, "inconsistent": 0, "anomaly": 0}
+
+
+@pytest.mark.parametrize(
+    ("status", "ok", "completed", "paused"),
+    [
+        ("Completed", True, True, False),
+        ("Paused", True, False, True),
+        ("Failed", False, False, False),
+    ],
+)
+def test_outcome_from_summary(status: str, ok: bool, completed: bool, paused: bool) -> None:
+    summary = build_summary(**_summary(status=status))  # type: ignore[arg-type]
+    outcome = JobOutcome.from_summary(summary, {"anomaly": 2}, "msg")
+    assert (outcome.ok, outcome.completed, outcome.paused) == (ok, completed, paused)
+    assert outcome.severity_counts == {"data_loss": 0, "inconsistent": 0, "anomaly": 2}
+    assert (outcome.scanned_count, outcome.finding_count, outcome.cursor_hex) == (30, 2, "abcd")
