@@ -94,7 +94,7 @@ class JobStore(Protocol):
         """Delete terminal rows finished before cutoff, in bounded batches; how many."""
 
     def mark_dispatched(self, job_id: str, now: datetime) -> bool:
-        """Stamp a queued row as published (again); whether it was still queued."""
+        """Stamp a live row as published (again); False once it is terminal."""
 
     def list_dispatch_due(
         self, never_sent_before: datetime, resent_before: datetime, limit: int = 100

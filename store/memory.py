@@ -244,7 +244,7 @@ class InMemoryJobStore:
         """Stamp a queued row as published."""
         with self._shared.lock:
             row = self._rows.get(job_id)
-            if row is None or row.status is not AsyncJobStatus.queued:
+            if row is None or row.is_terminal:  # a fast worker may have claimed it already
                 return False
             self._rows[job_id] = row.model_copy(
                 update={"dispatched_at": now, "dispatch_count": row.dispatch_count + 1}

@@ -236,7 +236,7 @@ class SqlJobStore:
         """DISPATCHED: stamp a queued row and count the publish."""
         return self._cas(
             J.job_id == job_id,
-            J.status == "queued",
+            J.status.in_(("queued", "running")),  # a fast worker may have claimed it already
             dispatched_at=now,
             dispatch_count=J.dispatch_count + 1,
         )

@@ -8,22 +8,25 @@ from celery import Celery
 
 from tasks.runtime import runtime_for
 
+#: Not shared: each app gets its own (Celery shares decorated tasks across apps by default).
+_OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False}
+
 
 def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
     """Create the three maintenance tasks on app (routed to planq.maintenance)."""
 
-    @app.task(name="planq.maintenance.detect_stuck_jobs", ignore_result=True)  # type: ignore[misc]
+    @app.task(name="planq.maintenance.detect_stuck_jobs", **_OPTIONS)  # type: ignore[misc]
     def detect_stuck_jobs() -> dict[str, Any]:
         """Fail running jobs whose heartbeat expired (CAS: two beats never double-fail)."""
         report = runtime_for(app).worker.detect_stuck_jobs()
         return {"expired": report.expired, "retried": report.retried}
 
-    @app.task(name="planq.maintenance.cleanup_expired_jobs", ignore_result=True)  # type: ignore[misc]
+    @app.task(name="planq.maintenance.cleanup_expired_jobs", **_OPTIONS)  # type: ignore[misc]
     def cleanup_expired_jobs() -> int:
         """Delete terminal rows past job_ttl in bounded batches."""
         return runtime_for(app).worker.cleanup_expired_jobs()
 
-    @app.task(name="planq.maintenance.relay_dispatch", ignore_result=True)  # type: ignore[misc]
+    @app.task(name="planq.maintenance.relay_dispatch", **_OPTIONS)  # type: ignore[misc]
     def relay_dispatch() -> list[str]:
         """Re-publish queued rows whose message was never sent or was lost."""
         return runtime_for(app).worker.relay_dispatch()

@@ -15,7 +15,7 @@ from domain.ports import JobStore, PlanStore
 from store import Database, in_memory_ledger, sql_ledger
 from store.migrate import upgrade
 from store.models import Base
-from tests.support import create_pg_database, drop_pg_database
+from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, flush_redis
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +76,10 @@ def jobs(stores: tuple[JobStore, PlanStore]) -> JobStore:
 def plans(stores: tuple[JobStore, PlanStore]) -> PlanStore:
     """The plan store of the current backend."""
     return stores[1]
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The test Redis database, emptied (stale messages from earlier tests removed)."""
+    flush_redis(REDIS_TEST_URL)
+    return REDIS_TEST_URL

@@ -57,3 +57,16 @@ def wait_for(
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
         time.sleep(interval)
+
+
+REDIS_TEST_URL = os.environ.get("PLANQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def flush_redis(url: str = REDIS_TEST_URL) -> None:
+    """Empty the test Redis database (fail loudly if Redis does not answer)."""
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=5).flushdb()
+    except redis.RedisError as exc:  # pragma: no cover - environment failure
+        pytest.fail(f"Redis is required at {url} and does not answer: {exc}")

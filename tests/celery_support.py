@@ -1,0 +1,180 @@
+"""Helpers for tests with real Celery: apps on real brokers, worker processes, polling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from domain.jobs import AsyncJobStatus
+from domain.ports import JobStore
+from tasks.runtime import Runtime, reset_runtime, runtime_for
+from tests.support import wait_for
+from worker_config.app import create_app
+from worker_config.celery_config import ALL_QUEUES
+from worker_config.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = {
+    "heartbeat_interval": 0.2,
+    "job_timeout": 5.0,
+    "poll_interval": 0.2,
+    "dispatch_grace": 2.0,
+}
+
+
+def make_app(broker_url: str, database_url: str, **overrides: Any) -> Celery:
+    """A planq app on these services, with fast test timings unless overridden."""
+    settings = load_settings(
+        broker_url=broker_url, database_url=database_url, **{**FAST, **overrides}
+    )
+    return create_app(settings)
+
+
+@contextmanager
+def embedded_runtime(app: Celery, start: bool = True) -> Iterator[Runtime]:
+    """The app's runtime with its in-process worker started; everything closed after."""
+    runtime = runtime_for(app)
+    if start:
+        runtime.worker.start()
+    try:
+        yield runtime
+    finally:
+        runtime.worker.stop()
+        reset_runtime(app)
+
+
+def wait_for_status(
+    jobs: JobStore, job_id: str, *statuses: AsyncJobStatus, timeout: float = 30.0
+) -> Any:
+    """Poll the ledger until the job is in one of statuses; return the row."""
+
+    def reached() -> Any:
+        job = jobs.get(job_id)
+        return job if job is not None and job.status in statuses else None
+
+    return wait_for(reached, timeout=timeout, what=f"job {job_id} to reach {statuses}")
+
+
+def worker_env(broker_url: str, database_url: str, **settings: Any) -> dict[str, str]:
+    """Environment for a `celery -A worker_config worker` process."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "PLANQ_BROKER_URL": broker_url,
+            "PLANQ_DATABASE_URL": database_url,
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    for key, value in {**FAST, **settings}.items():
+        env[f"PLANQ_{key.upper()}"] = str(value)
+    return env
+
+
+class WorkerProcess:
+    """A real `celery -A worker_config worker` in its own process group."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        name: str,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        queues: list[str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.env = env
+        self.log_path = log_path
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "worker_config",
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "-Q",
+            ",".join(queues or ALL_QUEUES),
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+            "--without-gossip",
+        ]
+        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            args,
+            env=env,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        """The worker's main (parent) process id."""
+        return self.proc.pid
+
+    def wait_ready(self, app: Celery, timeout: float = 60.0) -> None:
+        """Poll with a ping until the worker answers."""
+
+        def answered() -> bool:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"worker {self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            replies = app.control.ping(timeout=0.5)
+            return any(self.name in key for reply in replies for key in reply)
+
+        wait_for(answered, timeout=timeout, interval=0.2, what=f"worker {self.name} to be ready")
+
+    def child_pids(self) -> list[int]:
+        """Pids of the pool's child processes."""
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.pid)], capture_output=True, text=True, check=False
+        ).stdout
+        return [int(p) for p in out.split()]
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """Warm shutdown (SIGTERM) and wait; kill the group if it hangs."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """Kill -9 the whole process group."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the worker's log, for failure messages."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Stop the worker however it is."""
+        try:
+            self.terminate(timeout=15)
+        finally:
+            self.kill()
+            if self._log is not subprocess.DEVNULL:
+                self._log.close()  # type: ignore[union-attr]

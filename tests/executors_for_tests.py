@@ -1,0 +1,74 @@
+"""Executors the tests load by reference ('tests.executors_for_tests:name').
+
+Cross-process facts (how many times a job ran, how many ran at once) go to Redis, so the
+same executors work in threads and in prefork children.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+
+from tasks.executors import JobContext
+
+REDIS = redis.Redis.from_url(
+    os.environ.get("PLANQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"), decode_responses=True
+)
+
+
+def runs_key(job_id: str) -> str:
+    """How many times job_id's executor started."""
+    return f"planq-test:runs:{job_id}"
+
+
+def _enter(ctx: JobContext) -> None:
+    REDIS.incr(runs_key(ctx.job.job_id))
+    now = REDIS.incr("planq-test:concurrent")
+    REDIS.set(
+        "planq-test:max-concurrent", max(now, int(REDIS.get("planq-test:max-concurrent") or 0))
+    )
+    REDIS.sadd("planq-test:pids", os.getpid())
+
+
+def _leave() -> None:
+    REDIS.decr("planq-test:concurrent")
+
+
+def counted(ctx: JobContext) -> None:
+    """Run for PLANQ_TEST_SECONDS (default 0.3), checkpointing; stop early on cancel."""
+    _enter(ctx)
+    try:
+        seconds = float(os.environ.get("PLANQ_TEST_SECONDS", "0.3"))
+        steps = 10
+        start = int(ctx.resume_state.get("step", 0))
+        for step in range(start, steps):
+            if ctx.token.wait(seconds / steps):
+                return
+            ctx.checkpoint({"step": step + 1}, progress=(step + 1) / steps)
+    finally:
+        _leave()
+
+
+def slow(ctx: JobContext) -> None:
+    """Checkpoint every 0.1 s for up to 60 s; return at the first safe point after a cancel."""
+    _enter(ctx)
+    try:
+        deadline = time.monotonic() + 60
+        step = int(ctx.resume_state.get("step", 0))
+        while time.monotonic() < deadline:
+            if ctx.token.wait(0.1):
+                return
+            step += 1
+            ctx.checkpoint({"step": step})
+    finally:
+        _leave()
+
+
+def leak_secret(ctx: JobContext) -> None:
+    """Fail with secrets in the message (they must never surface unredacted)."""
+    raise PermissionError(
+        "upstream said: Authorization: Bearer tok_live_SECRETVALUE123 "
+        "and password=SECRETVALUE123 at https://svc:SECRETVALUE123@api.example"
+    )
