@@ -19,7 +19,10 @@ from tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
 from tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.signals")
-SHUTDOWN_SIGNAL = signal.SIGHUP
+#: Tells a prefork child "warm shutdown: trip your tokens". Not SIGHUP/SIGUSR1/SIGTERM:
+#: billiard re-installs its own exit handler for those after worker_process_init runs.
+#: SIGURG's default action is to ignore it, so a stray one is harmless.
+SHUTDOWN_SIGNAL = signal.SIGURG
 
 
 def connect_signals(app: Celery) -> None:

@@ -23,6 +23,11 @@ def runs_key(job_id: str) -> str:
     return f"planq-test:runs:{job_id}"
 
 
+def tripped_key(job_id: str) -> str:
+    """When (epoch seconds) job_id's token was seen tripped by its executor."""
+    return f"planq-test:tripped:{job_id}"
+
+
 def _enter(ctx: JobContext) -> None:
     REDIS.incr(runs_key(ctx.job.job_id))
     now = REDIS.incr("planq-test:concurrent")
@@ -59,6 +64,7 @@ def slow(ctx: JobContext) -> None:
         step = int(ctx.resume_state.get("step", 0))
         while time.monotonic() < deadline:
             if ctx.token.wait(0.1):
+                REDIS.set(tripped_key(ctx.job.job_id), repr(time.time()))
                 return
             step += 1
             ctx.checkpoint({"step": step})

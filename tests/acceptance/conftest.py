@@ -1,0 +1,62 @@
+"""Acceptance tier: real `celery worker` processes on Redis, the ledger on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from store import Database
+from tasks.runtime import Runtime, reset_runtime, runtime_for
+from tests.celery_support import WorkerProcess, make_app, worker_env
+from tests.executors_for_tests import REDIS
+
+EXEC = "tests.executors_for_tests"
+
+
+@pytest.fixture
+def producer(redis_url: str, pg_database: Database, pg_url: str) -> Iterator[Celery]:
+    """The test process is the producer: a planq app on the same Redis and PostgreSQL."""
+    REDIS.delete("planq-test:concurrent", "planq-test:max-concurrent", "planq-test:pids")
+    app = make_app(redis_url, pg_url, default_executor=f"{EXEC}:counted")
+    yield app
+    reset_runtime(app)
+
+
+@pytest.fixture
+def runtime(producer: Celery) -> Runtime:
+    """The producer's runtime (ledger access, lifecycle)."""
+    return runtime_for(producer)
+
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def start_worker(
+    redis_url: str, pg_url: str, producer: Celery, tmp_path: Path
+) -> Iterator[StartWorker]:
+    """Start `celery -A worker_config worker` processes; all are stopped after the test."""
+    started: list[WorkerProcess] = []
+
+    def start(
+        name: str = "w1",
+        pool: str = "prefork",
+        concurrency: int = 2,
+        wait: bool = True,
+        **settings: Any,
+    ) -> WorkerProcess:
+        settings.setdefault("default_executor", f"{EXEC}:counted")
+        env = worker_env(redis_url, pg_url, **settings)
+        worker = WorkerProcess(env, name, pool, concurrency, log_path=tmp_path / f"{name}.log")
+        started.append(worker)
+        if wait:
+            worker.wait_ready(producer)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.close()
