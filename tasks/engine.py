@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.ledger import JobLedger, StuckReport
 from domain.ports import CancelOutcome, JobStore, PlanStore
 from domain.redaction import redact_secrets
+from tasks import metrics
 from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from tasks.tracker import WORKER_SHUTDOWN, JobTracker
 
@@ -126,6 +128,7 @@ class AsyncWorker:
             logger.info("job %s: already terminal; nothing written", claimed.job_id)
             return PickupResult.finished_elsewhere
         self._count(outcome.result)
+        self._observe(claimed, outcome.status)
         if outcome.status is AsyncJobStatus.failed:
             self._maybe_retry(claimed)
         return outcome.result
@@ -178,6 +181,16 @@ class AsyncWorker:
         else:
             self.health.record_failed()
 
+    def _observe(self, job: AsyncJob, status: AsyncJobStatus) -> None:
+        """Metrics for a job this worker ended (never raises)."""
+        now = utcnow()
+        started = job.started_at or now
+        metrics.job_finished(job.phase.value, status.value, (now - started).total_seconds())
+        if status is AsyncJobStatus.cancelled:
+            row = self.job_store.get(job.job_id)
+            if row is not None and row.cancel_requested_at is not None:
+                metrics.cancel_latency((now - row.cancel_requested_at).total_seconds())
+
     def _maybe_retry(self, job: AsyncJob) -> AsyncJob | None:
         """Queue a new attempt when the retry policy allows (it resumes from the checkpoint)."""
         if job.attempt >= self.config.max_attempts:
@@ -196,6 +209,7 @@ class AsyncWorker:
         if not isinstance(job_id, str) or not job_id.strip():
             raise ValueError("job_id must be a non-empty string")
         outcome = self.ledger.cancel(job_id.upper())
+        metrics.cancel_requested(outcome.value)
         if not outcome.accepted:
             return False
         self.tracker.cancel_local(job_id.upper())
@@ -206,7 +220,9 @@ class AsyncWorker:
     def detect_stuck_jobs(self) -> StuckReport:
         """Fail running jobs whose heartbeat expired; retry them if the policy says so."""
         report = StuckReport()
-        for job in self.ledger.expire_stuck(self.config.job_timeout):
+        expired = self.ledger.expire_stuck(self.config.job_timeout)
+        metrics.stuck_detected(len(expired))
+        for job in expired:
             report.expired.append(job.job_id)
             stored = self.job_store.get(job.job_id)
             if stored is not None:
@@ -231,6 +247,7 @@ class AsyncWorker:
                 continue
             self.publish(job)
             sent.append(job.job_id)
+        metrics.relayed(len(sent))
         return sent
 
     def health_report(self) -> dict[str, Any]:

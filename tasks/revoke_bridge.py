@@ -21,6 +21,7 @@ from celery.worker import control
 from celery.worker import state as worker_state
 
 from domain.jobs import AsyncJobStatus
+from tasks import metrics
 from tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.revoke")
@@ -51,6 +52,7 @@ def bridge_revoke(state: Any, job_ids: list[str]) -> None:
             logger.exception("revoke %s: ledger cancel failed", job_id)
             continue
         logger.info("revoke %s: ledger says %s", job_id, outcome.value)
+        metrics.cancel_requested(outcome.value)
         if runtime.worker.tracker.cancel_local(job_id):
             continue
         for pid in _child_pids(job_id):

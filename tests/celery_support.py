@@ -78,8 +78,64 @@ def worker_env(broker_url: str, database_url: str, **settings: Any) -> dict[str,
     return env
 
 
-class WorkerProcess:
-    """A real `celery -A worker_config worker` in its own process group."""
+class CeleryProcess:
+    """A real `celery -A worker_config ...` command in its own process group."""
+
+    def __init__(
+        self, env: dict[str, str], name: str, args: list[str], log_path: Path | None
+    ) -> None:
+        self.name = name
+        self.env = env
+        self.log_path = log_path
+        self._log: Any = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker_config", *args],
+            env=env,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        """The main (parent) process id."""
+        return self.proc.pid
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        """Warm shutdown (SIGTERM) and wait; kill the group if it hangs."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """Send SIGKILL to the whole process group (kill -9)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the process's log, for failure messages."""
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> None:
+        """Stop the process however it is."""
+        try:
+            self.terminate(timeout=15)
+        finally:
+            self.kill()
+            if self._log is not subprocess.DEVNULL:
+                self._log.close()
+
+
+class WorkerProcess(CeleryProcess):
+    """`celery -A worker_config worker` with planq's queues."""
 
     def __init__(
         self,
@@ -90,15 +146,7 @@ class WorkerProcess:
         queues: list[str] | None = None,
         log_path: Path | None = None,
     ) -> None:
-        self.name = name
-        self.env = env
-        self.log_path = log_path
         args = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "worker_config",
             "worker",
             "-P",
             pool,
@@ -113,20 +161,7 @@ class WorkerProcess:
             "--without-mingle",
             "--without-gossip",
         ]
-        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            args,
-            env=env,
-            cwd=ROOT,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    @property
-    def pid(self) -> int:
-        """The worker's main (parent) process id."""
-        return self.proc.pid
+        super().__init__(env, name, args, log_path)
 
     def wait_ready(self, app: Celery, timeout: float = 60.0) -> None:
         """Poll with a ping until the worker answers."""
@@ -148,33 +183,10 @@ class WorkerProcess:
         ).stdout
         return [int(p) for p in out.split()]
 
-    def terminate(self, timeout: float = 30.0) -> int:
-        """Warm shutdown (SIGTERM) and wait; kill the group if it hangs."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        return self.proc.returncode
 
-    def kill(self) -> None:
-        """Kill -9 the whole process group."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+class BeatProcess(CeleryProcess):
+    """`celery -A worker_config beat` with its schedule file in a temp dir."""
 
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of the worker's log, for failure messages."""
-        if not self.log_path or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-    def close(self) -> None:
-        """Stop the worker however it is."""
-        try:
-            self.terminate(timeout=15)
-        finally:
-            self.kill()
-            if self._log is not subprocess.DEVNULL:
-                self._log.close()  # type: ignore[union-attr]
+    def __init__(self, env: dict[str, str], name: str, schedule: Path, log_path: Path) -> None:
+        args = ["beat", "-s", str(schedule), "--loglevel", "INFO"]
+        super().__init__(env, name, args, log_path)

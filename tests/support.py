@@ -70,3 +70,90 @@ def flush_redis(url: str = REDIS_TEST_URL) -> None:
         redis.Redis.from_url(url, socket_connect_timeout=5).flushdb()
     except redis.RedisError as exc:  # pragma: no cover - environment failure
         pytest.fail(f"Redis is required at {url} and does not answer: {exc}")
+
+
+def record_reliability(fault: str, jobs: int, lost: int, ran_twice: int, recover_s: float) -> None:
+    """Append one fault test's result to $PLANQ_RELIABILITY_LOG (docs/reliability.md's source)."""
+    import json
+
+    path = os.environ.get("PLANQ_RELIABILITY_LOG")
+    if not path:
+        return
+    row = {
+        "fault": fault,
+        "jobs": jobs,
+        "lost": lost,
+        "ran_twice": ran_twice,
+        "time_to_recover_s": round(recover_s, 2),
+    }
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(row) + "\n")
+
+
+def _answers(cmd: list[str], expect: str = "") -> bool:
+    import subprocess
+
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=10)
+    return out.returncode == 0 and expect in out.stdout
+
+
+def restart_redis() -> None:
+    """Stop Redis (it keeps nothing on disk here: every message is lost) and start it again."""
+    import subprocess
+
+    subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"],
+        capture_output=True,
+        check=False,
+        timeout=10,
+    )
+    wait_for(
+        lambda: not _answers(["redis-cli", "-h", "127.0.0.1", "ping"], "PONG"),
+        timeout=10,
+        what="Redis to stop",
+    )
+    subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "-::1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            "/var/lib/redis",
+            "--logfile",
+            "/var/log/redis/ci.log",
+        ],
+        check=True,
+        timeout=30,
+    )
+    wait_for(
+        lambda: _answers(["redis-cli", "-h", "127.0.0.1", "ping"], "PONG"),
+        timeout=30,
+        what="Redis to answer again",
+    )
+
+
+def restart_postgres() -> None:
+    """Restart the PostgreSQL cluster (every open connection is cut)."""
+    import subprocess
+
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    wait_for(
+        lambda: _answers(["pg_isready", "-h", "127.0.0.1", "-p", "5432"]),
+        timeout=60,
+        what="PostgreSQL to answer again",
+    )

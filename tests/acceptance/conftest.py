@@ -11,7 +11,7 @@ from celery import Celery
 
 from store import Database
 from tasks.runtime import Runtime, reset_runtime, runtime_for
-from tests.celery_support import WorkerProcess, make_app, worker_env
+from tests.celery_support import BeatProcess, WorkerProcess, make_app, worker_env
 from tests.executors_for_tests import REDIS
 
 EXEC = "tests.executors_for_tests"
@@ -60,3 +60,28 @@ def start_worker(
     yield start
     for worker in started:
         worker.close()
+
+
+StartBeat = Callable[..., BeatProcess]
+
+
+@pytest.fixture
+def start_beat(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartBeat]:
+    """Start `celery -A worker_config beat` processes (fast maintenance intervals)."""
+    started: list[BeatProcess] = []
+
+    def start(name: str = "beat1", **settings: Any) -> BeatProcess:
+        for key, value in {
+            "stuck_check_interval": 1.0,
+            "relay_interval": 1.0,
+            "cleanup_interval": 60.0,
+        }.items():
+            settings.setdefault(key, value)
+        env = worker_env(redis_url, pg_url, **settings)
+        beat = BeatProcess(env, name, tmp_path / f"{name}-schedule", tmp_path / f"{name}.log")
+        started.append(beat)
+        return beat
+
+    yield start
+    for beat in started:
+        beat.close()

@@ -1,0 +1,144 @@
+"""planq's own Prometheus metrics, safe under prefork (multiprocess mode).
+
+prometheus_client picks its value store when it is first imported, so nothing here imports
+it at module load: `serve_metrics()` sets PROMETHEUS_MULTIPROC_DIR in the worker's parent
+before any child forks, and every metric is created on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from functools import cache
+from typing import Any
+
+logger = logging.getLogger("planq.metrics")
+_lock = threading.Lock()
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+@cache
+def _metrics() -> dict[str, Any]:
+    from prometheus_client import Counter, Histogram
+
+    return {
+        "jobs": Counter(
+            "planq_jobs_total", "Jobs that ended, by phase and status", ["phase", "status"]
+        ),
+        "duration": Histogram(
+            "planq_job_duration_seconds",
+            "Job run time (claim to finish)",
+            ["phase"],
+            buckets=DURATION_BUCKETS,
+        ),
+        "stuck": Counter(
+            "planq_stuck_jobs_detected_total", "Running jobs failed because their heartbeat expired"
+        ),
+        "cancels": Counter("planq_cancellations_total", "Cancel requests, by outcome", ["outcome"]),
+        "cancel_latency": Histogram(
+            "planq_cancel_latency_seconds",
+            "Cancel request recorded -> job ended cancelled",
+            buckets=LATENCY_BUCKETS,
+        ),
+        "relay": Counter(
+            "planq_relay_dispatches_total", "Queued rows re-published by the dispatch relay"
+        ),
+        "runs": Counter(
+            "planq_recoverable_runs_total",
+            "Recoverable runs that stopped, by status",
+            ["job_name", "status"],
+        ),
+        "findings": Counter(
+            "planq_findings_total", "Findings recorded, by severity", ["job_name", "severity"]
+        ),
+    }
+
+
+def _safe(fn: Any) -> Any:
+    """Metrics must never break a job: failures are logged, not raised."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception:
+            logger.exception("metrics update failed")
+
+    return wrapper
+
+
+@_safe
+def job_finished(phase: str, status: str, seconds: float | None) -> None:
+    """A job reached a terminal status."""
+    m = _metrics()
+    m["jobs"].labels(phase=phase, status=status).inc()
+    if seconds is not None:
+        m["duration"].labels(phase=phase).observe(max(seconds, 0.0))
+
+
+@_safe
+def stuck_detected(count: int) -> None:
+    """The stuck sweep failed `count` jobs."""
+    if count:
+        _metrics()["stuck"].inc(count)
+
+
+@_safe
+def cancel_requested(outcome: str) -> None:
+    """A cancel request was recorded with this outcome."""
+    _metrics()["cancels"].labels(outcome=outcome).inc()
+
+
+@_safe
+def cancel_latency(seconds: float) -> None:
+    """From the recorded cancel request to the job ending cancelled."""
+    _metrics()["cancel_latency"].observe(max(seconds, 0.0))
+
+
+@_safe
+def relayed(count: int) -> None:
+    """The relay re-published `count` rows."""
+    if count:
+        _metrics()["relay"].inc(count)
+
+
+@_safe
+def run_stopped(job_name: str, status: str) -> None:
+    """A recoverable run stopped (Completed, Paused, Failed)."""
+    _metrics()["runs"].labels(job_name=job_name, status=status).inc()
+
+
+@_safe
+def findings_recorded(job_name: str, counts: dict[str, int]) -> None:
+    """Findings a run recorded, by severity."""
+    for severity, count in counts.items():
+        if count:
+            _metrics()["findings"].labels(job_name=job_name, severity=severity).inc(count)
+
+
+def serve_metrics(port: int, addr: str = "0.0.0.0", directory: str | None = None) -> str:
+    """Serve /metrics on port, aggregating every process of this worker; the data dir."""
+    with _lock:
+        directory = directory or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if not directory:
+            directory = tempfile.mkdtemp(prefix="planq-metrics-")
+        os.makedirs(directory, exist_ok=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)
+        start_http_server(port, addr=addr, registry=registry)
+        logger.info("planq metrics on %s:%d (multiprocess dir %s)", addr, port, directory)
+        return directory
+
+
+def process_exited(pid: int) -> None:
+    """Drop a dead child's live gauges (counters and histograms keep their totals)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)
