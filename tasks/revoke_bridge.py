@@ -78,10 +78,21 @@ def planq_revoke(
     return reply
 
 
+class _NoResultBackendNoise(logging.Filter):
+    """Drop Celery's 'cannot mark as revoked' warning: planq has no result backend by design."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage().startswith("Failed to mark task")
+            and "No result backend" in record.getMessage()
+        )
+
+
 def install_revoke_bridge() -> None:
     """Replace the `revoke` control command in Celery's registry (idempotent)."""
     current = control.Panel.data.get("revoke")
     if current is planq_revoke:
         return
+    logging.getLogger("celery.worker.control").addFilter(_NoResultBackendNoise())
     setattr(planq_revoke, _ORIGINAL, current)
     control.Panel.data["revoke"] = planq_revoke
