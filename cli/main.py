@@ -1,22 +1,75 @@
-"""The `planq` command: typer app assembled from small command groups."""
+"""The `planq` command: typer app assembled from small command groups.
+
+Settings come from the environment (PLANQ_DATABASE_URL, PLANQ_BROKER_URL, …) and the app is
+built only when a command needs it, so `planq --help` is instant and needs no services.
+Exit codes: 0 ok, 1 refused (or timed out), 2 bad input, 3 ledger or broker unavailable.
+"""
 
 from __future__ import annotations
 
+import logging
+from typing import Annotated
+
 import typer
+
+from cli import services
+from cli.jobs import jobs_app
+from cli.output import boundary
+from cli.plans import plans_app
+from cli.runs import runs_app
+from cli.schedule import schedule_command
 
 app = typer.Typer(
     name="planq",
     help="Run plan phases as Celery jobs with a durable SQL job ledger.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    epilog="Exit codes: 0 ok, 1 refused or timed out, 2 bad input, 3 ledger/broker unavailable.",
 )
 db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+app.add_typer(plans_app, name="plans")
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(runs_app, name="runs")
+app.command("schedule")(schedule_command)
+services.register(app)
+
+
+class _OneLine(logging.Handler):
+    """Library warnings as one stderr line each, without tracebacks (the CLI explains)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from domain.redaction import redact_secrets
+
+        try:
+            message = " ".join(record.getMessage().split())
+        except Exception:  # a broken log call must not break the command
+            message = str(record.msg)
+        typer.echo(f"planq: {record.levelname.lower()}: {redact_secrets(message)}", err=True)
+
+
+@app.callback()
+def root(
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Show library logs with tracebacks.")
+    ] = False,
+) -> None:
+    """Run plan phases as Celery jobs with a durable SQL job ledger."""
+    root_logger = logging.getLogger()
+    if verbose:
+        logging.basicConfig(level=logging.INFO)
+    elif not root_logger.handlers:
+        root_logger.addHandler(_OneLine(logging.WARNING))
+        root_logger.setLevel(logging.WARNING)
 
 
 @db_app.command("upgrade")
+@boundary
 def db_upgrade(
-    url: str = typer.Option(None, "--url", envvar="PLANQ_DATABASE_URL", help="Ledger URL."),
+    url: Annotated[
+        str | None,
+        typer.Option("--url", envvar="PLANQ_DATABASE_URL", help="Ledger URL.", show_default=False),
+    ] = None,
 ) -> None:
     """Apply the ledger's migrations (idempotent)."""
     from store.migrate import upgrade

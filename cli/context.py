@@ -1,0 +1,110 @@
+"""The CLI's view of planq, built lazily from the environment (PLANQ_*) when a command needs it.
+
+Nothing here runs at import, so `planq --help` needs no settings and no services. A listing
+command touches only the ledger; a publishing command also checks the broker first, so a
+broker outage refuses the command before the ledger is changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cached_property
+from typing import Any
+
+from cli.output import BadInput, Unavailable, one_line
+
+#: Seconds to wait for the broker before a publishing command gives up.
+BROKER_CHECK_TIMEOUT = 5.0
+
+
+def load_settings() -> Any:
+    """PlanqSettings from the environment; BadInput (one line) if a value is invalid."""
+    from domain.errors import ConfigurationError
+
+    try:
+        # worker_config builds its module-level app at import and exits on a bad setting.
+        from worker_config.settings import load_settings as load
+    except SystemExit as exc:
+        raise BadInput(str(exc.code).removeprefix("planq: ")) from None
+    try:
+        return load()
+    except ConfigurationError as exc:
+        raise BadInput(f"invalid setting: {exc}") from None
+
+
+def build_app(settings: Any) -> Any:
+    """The Celery app for these settings (tests may wrap this to add tasks)."""
+    from worker_config.app import create_app
+
+    return create_app(settings)
+
+
+class Planq:
+    """Settings, app, runtime and run store for one command; each built on first use."""
+
+    @cached_property
+    def settings(self) -> Any:
+        """PlanqSettings from the environment."""
+        return load_settings()
+
+    @cached_property
+    def app(self) -> Any:
+        """The Celery app (no connection is opened by building it)."""
+        return build_app(self.settings)
+
+    @cached_property
+    def runtime(self) -> Any:
+        """tasks.runtime.Runtime: ledger stores, engine, lifecycle, publisher."""
+        from tasks.runtime import runtime_for
+
+        return runtime_for(self.app)
+
+    @cached_property
+    def runs(self) -> Any:
+        """The recoverable-run store provider on the same ledger database."""
+        provider = getattr(self.runtime, "runs", None)
+        if provider is not None:
+            return provider
+        from store.runs_sql import SqlRunStoreProvider
+
+        return SqlRunStoreProvider(self.runtime.db)
+
+    def require_broker(self) -> None:
+        """Unavailable unless the broker answers (checked before a publishing command writes)."""
+        from cli.output import classify
+
+        if str(self.settings.broker_url).startswith("memory://"):
+            raise BadInput(
+                "PLANQ_BROKER_URL is memory://, which lives inside one process: a message sent "
+                "from the CLI would vanish (use the Redis broker, or `planq demo`)"
+            )
+        try:
+            with self.app.connection_for_write() as conn:
+                conn.ensure_connection(
+                    max_retries=1, interval_start=0, interval_step=0.5, timeout=BROKER_CHECK_TIMEOUT
+                )
+        except Exception as exc:
+            error = classify(exc)
+            if error is None:
+                raise Unavailable(f"broker: {one_line(exc)}") from None
+            raise error from None
+
+    def close(self) -> None:
+        """Release the runtime's connections and the app's broker pools."""
+        if "runtime" in self.__dict__:
+            from tasks.runtime import reset_runtime
+
+            reset_runtime(self.app)
+        if "app" in self.__dict__:
+            self.app.close()
+
+
+@contextmanager
+def planq() -> Iterator[Planq]:
+    """A Planq for the duration of one command, closed afterwards."""
+    session = Planq()
+    try:
+        yield session
+    finally:
+        session.close()

@@ -1,0 +1,238 @@
+"""What the CLI prints and how it exits: rich tables for people, one JSON document for scripts.
+
+Exit codes (stable, for scripts):
+
+* 0  done
+* 1  refused: the ledger said no (cancel a finished job, retry a succeeded one, a phase out of
+  order), or a wait timed out
+* 2  bad input: invalid or unknown id, invalid option value, invalid setting
+* 3  unavailable: the ledger database or the broker cannot be reached
+
+A user error is ONE line on stderr, never a traceback; a bug still shows its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+
+OK = 0
+REFUSED = 1
+BAD_INPUT = 2
+UNAVAILABLE = 3
+
+_ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+PLAIN_WIDTH = 160  #: table width when stdout is not a terminal (pipes, CI, tests)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CliError(Exception):
+    """A user-facing failure: one line on stderr and an exit code."""
+
+    code = BAD_INPUT
+    label = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadInput(CliError):
+    """The arguments or settings are wrong (exit 2)."""
+
+
+class Refused(CliError):
+    """The ledger refused the operation (exit 1)."""
+
+    code = REFUSED
+    label = "refused"
+
+
+class TimedOut(CliError):
+    """A wait ended before what it waited for (exit 1)."""
+
+    code = REFUSED
+    label = "timeout"
+
+
+class Unavailable(CliError):
+    """A service the command needs cannot be reached (exit 3)."""
+
+    code = UNAVAILABLE
+    label = "unavailable"
+
+
+def one_line(exc: BaseException) -> str:
+    """A single, redacted line describing exc (pydantic and DBAPI errors included)."""
+    from domain.redaction import redact_secrets
+
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and type(exc).__name__ == "ValidationError":
+        first = errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "value"
+        text = f"{where}: {first.get('msg', exc)}"
+    else:
+        original = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
+        text = str(original if original is not None else exc) or type(exc).__name__
+    return redact_secrets(" ".join(text.split()))
+
+
+def classify(exc: Exception) -> CliError | None:
+    """The CliError a known exception stands for; None for a bug (let it show)."""
+    from domain.errors import (
+        ConcurrentUpdateError,
+        InvalidJobTransitionError,
+        InvalidPlanTransitionError,
+        LedgerUnavailableError,
+        PlanqError,
+    )
+
+    if isinstance(exc, CliError):
+        return exc
+    if isinstance(exc, InvalidPlanTransitionError | InvalidJobTransitionError):
+        return Refused(one_line(exc))
+    if isinstance(exc, ConcurrentUpdateError):
+        return Refused(f"{one_line(exc)} (try again)")
+    if isinstance(exc, LedgerUnavailableError):
+        return Unavailable(one_line(exc))
+    if isinstance(exc, PlanqError | ValueError):
+        return BadInput(one_line(exc))
+    return _service_error(exc)
+
+
+def _service_error(exc: Exception) -> CliError | None:
+    """Ledger (SQLAlchemy) and broker (kombu) connection failures."""
+    from kombu.exceptions import OperationalError as BrokerError
+    from sqlalchemy.exc import DBAPIError, OperationalError
+
+    if isinstance(exc, OperationalError):
+        return Unavailable(f"ledger: {one_line(exc)}")
+    if isinstance(exc, DBAPIError):
+        return Unavailable(f"ledger: {one_line(exc)} (is it migrated? `planq db upgrade`)")
+    if isinstance(exc, BrokerError | ConnectionError):
+        return Unavailable(f"broker: {one_line(exc)}")
+    return None
+
+
+def fail(error: CliError) -> typer.Exit:
+    """Print the error's one line on stderr; return the Exit to raise."""
+    typer.echo(f"planq: {error.label}: {error.message}", err=True)
+    return typer.Exit(error.code)
+
+
+def boundary(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run a command; turn user errors into one stderr line and their exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            error = classify(exc)
+            if error is None:
+                raise
+            raise fail(error) from None
+
+    return wrapper
+
+
+def warn(message: str) -> None:
+    """A one-line warning on stderr (the command still succeeds)."""
+    typer.echo(f"planq: warning: {message}", err=True)
+
+
+# -- JSON ---------------------------------------------------------------------------------
+def _default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def emit_json(document: object) -> None:
+    """Write one JSON document on stdout (and nothing else)."""
+    typer.echo(json.dumps(document, indent=2, default=_default))
+
+
+# -- people -------------------------------------------------------------------------------
+def console() -> Any:
+    """A rich Console on the current stdout; wide enough for ULIDs when not a terminal."""
+    from rich.console import Console
+
+    out = Console(file=sys.stdout, highlight=False)
+    if not out.is_terminal:
+        out = Console(file=sys.stdout, highlight=False, width=PLAIN_WIDTH)
+    return out
+
+
+def cell(value: object) -> str:
+    """A table cell: '-' for nothing, short timestamps, plain text otherwise."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str) and _ISO_TIMESTAMP.match(value):
+        return value[:19].replace("T", " ")  # to the second (UTC)
+    return str(value)
+
+
+def percent(fraction: float | None) -> str:
+    """0.42 -> '42%'."""
+    return "-" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+def print_table(
+    title: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    empty: str = "nothing to show",
+) -> None:
+    """A rich table of rows (each cell through cell()); a plain line when there are none."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    materialised = [list(row) for row in rows]
+    out = console()
+    if not materialised:
+        out.print(f"{escape(title)}: {escape(empty)}")
+        return
+    table = Table()
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    for row in materialised:
+        table.add_row(*(Text(cell(value)) for value in row))  # data is never markup
+    out.print(f"[bold]{escape(title)}[/]")
+    out.print(table)
+
+
+def print_fields(title: str, fields: dict[str, object]) -> None:
+    """A two-column key/value table for one object."""
+    print_table(title, ("field", "value"), fields.items())
+
+
+def status_style(status: str) -> str:
+    """Rich markup colour for a job or run status."""
+    return {
+        "succeeded": "green",
+        "Completed": "green",
+        "failed": "red",
+        "Failed": "red",
+        "cancelled": "yellow",
+        "CancelRequested": "yellow",
+        "Paused": "yellow",
+        "running": "cyan",
+        "Running": "cyan",
+    }.get(status, "white")

@@ -1,0 +1,181 @@
+"""`planq runs …`: trigger, inspect, cancel and purge recoverable runs (long scans)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cli.context import Planq, planq
+from cli.output import BadInput, Refused, boundary, emit_json, print_fields, print_table
+from cli.views import FINDING_COLUMNS, finding_row, print_runs
+
+runs_app = typer.Typer(help="Recoverable runs (long, resumable scans).", no_args_is_help=True)
+
+RUN_TASK_PREFIX = "planq.runs."
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts).")]
+RunId = Annotated[str, typer.Argument(help="The run's ULID.", show_default=False)]
+JobName = Annotated[str, typer.Argument(help="The recoverable job's name.", show_default=False)]
+
+
+def known_jobs(app: Any) -> list[str]:
+    """Names of the recoverable jobs registered on the app (tasks named planq.runs.<name>)."""
+    names = (n for n in app.tasks if n.startswith(RUN_TASK_PREFIX))
+    return sorted(n.removeprefix(RUN_TASK_PREFIX) for n in names)
+
+
+def get_run(session: Planq, run_id: str) -> Any:
+    """The run's summary; BadInput for a malformed or unknown id."""
+    from domain.ids import require_ulid
+
+    run = session.runs.get_run_by_id(require_ulid("run_id", run_id))
+    if run is None:
+        raise BadInput(f"no recoverable run with id {run_id!r} (it may have been purged)")
+    return run
+
+
+def parse_args(pairs: list[str]) -> dict[str, str]:
+    """['batch_size=100'] -> {'batch_size': '100'}; BadInput for a pair without '='."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"--arg {pair!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+@runs_app.command("trigger")
+@boundary
+def trigger(
+    name: JobName,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", help="KEY=VALUE handed to the run (repeatable).", show_default=False),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send planq.runs.NAME: a worker starts a run, resumes the Paused one, or skips."""
+    args = parse_args(arg or [])
+    with planq() as session:
+        known = known_jobs(session.app)
+        if name not in known:
+            listed = ", ".join(known) if known else "none are registered"
+            raise BadInput(f"unknown recoverable job {name!r} (known: {listed})")
+        session.require_broker()
+        kwargs = {"args": args} if args else {}
+        result = session.app.tasks[RUN_TASK_PREFIX + name].apply_async(kwargs=kwargs)
+        latest = session.runs.list_runs(name, limit=1)
+    doc = {
+        "job_name": name,
+        "task": RUN_TASK_PREFIX + name,
+        "task_id": result.id if result is not None else None,
+        "args": args,
+        "latest_run": latest[0].as_dict() if latest else None,
+    }
+    if as_json:
+        emit_json(doc)
+    else:
+        state = f"latest run {latest[0].id} is {latest[0].status.as_str()}" if latest else "no runs"
+        typer.echo(f"sent {doc['task']} (task id {doc['task_id']}); {state}")
+
+
+@runs_app.command("list")
+@boundary
+def list_runs(
+    name: Annotated[str | None, typer.Argument(help="Only this job's runs.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 20,
+    as_json: JsonOpt = False,
+) -> None:
+    """Runs, newest first."""
+    with planq() as session:
+        runs = session.runs.list_runs(name, limit=limit)
+    if as_json:
+        emit_json([r.as_dict() for r in runs])
+    else:
+        print_runs(f"runs of {name}" if name else "runs", runs)
+
+
+@runs_app.command("show")
+@boundary
+def show(run_id: RunId, as_json: JsonOpt = False) -> None:
+    """One run: status, progress, cursor, error and findings by severity."""
+    with planq() as session:
+        run = get_run(session, run_id)
+        counts = session.runs.finding_severity_counts(run.id)
+    doc = {**run.as_dict(), "severity_counts": counts}
+    if as_json:
+        emit_json(doc)
+        return
+    fields = {k: v for k, v in doc.items() if k not in ("stats", "progress", "severity_counts")}
+    fields.update(run.stats)
+    if run.progress is not None:
+        fields["progress"] = f"{run.progress.fraction * 100:.0f}% ({run.progress.kind.value})"
+    fields["findings by severity"] = ", ".join(f"{k} {v}" for k, v in counts.items())
+    print_fields(f"run {run.id}", fields)
+
+
+@runs_app.command("cancel")
+@boundary
+def cancel(name: JobName, as_json: JsonOpt = False) -> None:
+    """Ask the job's Running run to stop at its next safe point; exit 1 if none is Running."""
+    with planq() as session:
+        run_id = session.runs.request_cancel(name)
+        if run_id is None:
+            latest = session.runs.list_runs(name, limit=1)
+            state = f"its latest run is {latest[0].status.as_str()}" if latest else "it has no runs"
+            raise Refused(f"no Running run of {name!r} to cancel ({state})")
+    doc = {"job_name": name, "run_id": run_id, "status": "CancelRequested"}
+    if as_json:
+        emit_json(doc)
+    else:
+        typer.echo(f"run {run_id} of {name}: cancel requested")
+
+
+@runs_app.command("findings")
+@boundary
+def findings(
+    run_id: RunId,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Page size.")] = 100,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """A run's findings in the order recorded, one page."""
+    with planq() as session:
+        run = get_run(session, run_id)
+        page = session.runs.list_findings(run.id, limit=limit, offset=offset)
+        counts = session.runs.finding_severity_counts(run.id)
+    if as_json:
+        emit_json(
+            {
+                "run_id": run.id,
+                "severity_counts": counts,
+                "limit": limit,
+                "offset": offset,
+                "findings": [f.as_dict() for f in page],
+            }
+        )
+        return
+    total = sum(counts.values())
+    shown = f"{offset + 1}-{offset + len(page)}" if page else f"none after {offset}"
+    title = f"findings of run {run.id} ({shown} of {total})"
+    print_table(title, FINDING_COLUMNS, (finding_row(f) for f in page), empty="none")
+
+
+@runs_app.command("purge")
+@boundary
+def purge(
+    older_than_days: Annotated[
+        float,
+        typer.Option("--older-than-days", min=1, help="Completed/Failed runs ended this long ago."),
+    ],
+    as_json: JsonOpt = False,
+) -> None:
+    """Delete ended runs (and their findings) older than N days; active runs are never touched."""
+    with planq() as session:
+        purged = session.runs.purge_terminal_runs(older_than_days)
+    if as_json:
+        emit_json({"purged": purged, "older_than_days": older_than_days})
+    else:
+        typer.echo(f"purged {purged} ended run(s) older than {older_than_days:g} day(s)")

@@ -1,0 +1,116 @@
+"""`planq schedule`: what beat runs, how often, and the last outcome the ledger can tell."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+
+from cli.context import Planq, planq
+from cli.output import boundary, emit_json, print_table
+from cli.runs import RUN_TASK_PREFIX
+
+MAINTENANCE_PREFIX = "planq.maintenance."
+#: How many due rows to count at most (the figure is a hint, not an audit).
+COUNT_CAP = 1000
+
+#: Maintenance outcomes are not recorded anywhere; this is what the ledger shows instead.
+MAINTENANCE_NOTES = {
+    "detect_stuck_jobs": "running jobs past job_timeout now",
+    "relay_dispatch": "queued jobs due to (re)send now",
+    "cleanup_expired_jobs": "not recorded",
+}
+
+
+def interval_of(schedule: Any) -> tuple[float | None, str]:
+    """(seconds or None, text) for a number, a timedelta, or a celery schedule object."""
+    if isinstance(schedule, int | float):
+        return float(schedule), human_seconds(float(schedule))
+    if isinstance(schedule, timedelta):
+        return schedule.total_seconds(), human_seconds(schedule.total_seconds())
+    run_every = getattr(schedule, "run_every", None)
+    if isinstance(run_every, timedelta):
+        return run_every.total_seconds(), human_seconds(run_every.total_seconds())
+    return None, str(schedule)
+
+
+def human_seconds(seconds: float) -> str:
+    """30 -> 'every 30s', 3600 -> 'every 1h'."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"every {seconds / size:g}{unit}"
+    return f"every {seconds:g}s"
+
+
+def maintenance_outcome(session: Planq, short: str) -> dict[str, Any]:
+    """What the ledger says about a maintenance task's backlog (its runs leave no record)."""
+    rt = session.runtime
+    settings = session.settings
+    waiting: int | None = None
+    if short == "detect_stuck_jobs":
+        from datetime import UTC, datetime
+
+        cutoff = datetime.now(UTC) - timedelta(seconds=settings.job_timeout)
+        waiting = len(rt.jobs.list_stuck(cutoff, COUNT_CAP))
+    elif short == "relay_dispatch":
+        grace = settings.dispatch_grace
+        waiting = len(rt.worker.ledger.dispatch_due(grace, grace, COUNT_CAP))
+    note = MAINTENANCE_NOTES.get(short, "not recorded")
+    text = "n/a" if waiting is None else f"n/a ({waiting} {note})"
+    return {"last_outcome": "n/a", "waiting": waiting, "note": note, "run": None, "text": text}
+
+
+def run_outcome(session: Planq, job_name: str) -> dict[str, Any]:
+    """The latest run of a recoverable job, as stored."""
+    latest = session.runs.list_runs(job_name, limit=1)
+    row: dict[str, Any] = {"waiting": None, "note": "latest run in the ledger"}
+    if not latest:
+        return {**row, "last_outcome": "never run", "run": None, "text": "never run"}
+    run = latest[0]
+    when = (run.completed_at or run.last_progress_at).isoformat()[:19].replace("T", " ")
+    return {
+        **row,
+        "last_outcome": run.status.as_str(),
+        "run": run.as_dict(),
+        "text": f"{run.status.as_str()} at {when} (run {run.id})",
+    }
+
+
+def describe(session: Planq, entry_name: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """One schedule entry with its interval and last outcome."""
+    task = str(entry.get("task", ""))
+    seconds, every = interval_of(entry.get("schedule"))
+    row: dict[str, Any] = {"name": entry_name, "task": task, "every_seconds": seconds}
+    row["schedule"] = every
+    if task.startswith(MAINTENANCE_PREFIX):
+        row["kind"] = "maintenance"
+        row.update(maintenance_outcome(session, task.removeprefix(MAINTENANCE_PREFIX)))
+    elif task.startswith(RUN_TASK_PREFIX):
+        row["kind"] = "recoverable"
+        row.update(run_outcome(session, task.removeprefix(RUN_TASK_PREFIX)))
+    else:
+        row.update(kind="other", last_outcome="n/a", waiting=None, note="not recorded", run=None)
+        row["text"] = "n/a"
+    return row
+
+
+def schedule(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """The periodic jobs beat runs (maintenance and recoverable) and their last outcome."""
+    with planq() as session:
+        beat = dict(session.app.conf.beat_schedule or {})
+        rows = [describe(session, name, entry) for name, entry in sorted(beat.items())]
+    if as_json:
+        emit_json([{k: v for k, v in row.items() if k != "text"} for row in rows])
+        return
+    print_table(
+        "beat schedule",
+        ("entry", "kind", "task", "schedule", "last outcome"),
+        ([r["name"], r["kind"], r["task"], r["schedule"], r["text"]] for r in rows),
+        empty="nothing scheduled",
+    )
+
+
+schedule_command = boundary(schedule)

@@ -1,0 +1,104 @@
+"""How jobs, plans and runs look: JSON dicts (stable keys) and table rows, one place each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cli.output import percent, print_table
+
+JOB_COLUMNS = ("job id", "plan", "phase", "status", "attempt", "progress", "worker", "created")
+PLAN_COLUMNS = ("plan id", "name", "state", "steps", "created", "updated")
+RUN_COLUMNS = ("run id", "job", "status", "scanned", "findings", "progress", "started", "last")
+FINDING_COLUMNS = ("finding id", "severity", "kind", "resource", "detail", "created")
+
+
+def job_dict(job: Any, detail: bool = False) -> dict[str, Any]:
+    """as_cli_dict, plus (for `show` and publishing commands) dispatch and cancel facts."""
+    out: dict[str, Any] = job.as_cli_dict()
+    out["dispatched"] = job.dispatched_at is not None
+    if detail:
+        out.update(
+            dispatched_at=_iso(job.dispatched_at),
+            dispatch_count=job.dispatch_count,
+            cancel_requested_at=_iso(job.cancel_requested_at),
+            last_heartbeat=_iso(job.last_heartbeat),
+            checkpoint=job.checkpoint,
+        )
+    return out
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def job_row(job: Any) -> list[object]:
+    """One jobs-table row."""
+    return [
+        job.job_id,
+        job.plan_id,
+        job.phase.value,
+        job.status.value,
+        job.attempt,
+        percent(job.progress),
+        job.worker_id,
+        job.created_at.isoformat(),
+    ]
+
+
+def print_jobs(title: str, jobs: list[Any], empty: str = "no jobs") -> None:
+    """A jobs table."""
+    print_table(title, JOB_COLUMNS, (job_row(j) for j in jobs), empty=empty)
+
+
+def plan_row(plan: Any) -> list[object]:
+    """One plans-table row."""
+    data = plan.as_cli_dict()
+    return [
+        data["plan_id"],
+        data["name"],
+        data["state"],
+        data["steps"],
+        data["created_at"],
+        data["updated_at"],
+    ]
+
+
+def print_plans(title: str, plans: list[Any]) -> None:
+    """A plans table."""
+    print_table(title, PLAN_COLUMNS, (plan_row(p) for p in plans), empty="no plans")
+
+
+def run_row(run: Any) -> list[object]:
+    """One runs-table row."""
+    return [
+        run.id,
+        run.job_name,
+        run.status.as_str(),
+        run.scanned_count,
+        run.finding_count,
+        percent(run.progress.fraction if run.progress else None),
+        run.started_at.isoformat(),
+        run.last_progress_at.isoformat(),
+    ]
+
+
+def print_runs(title: str, runs: list[Any]) -> None:
+    """A runs table."""
+    print_table(title, RUN_COLUMNS, (run_row(r) for r in runs), empty="no runs")
+
+
+def finding_row(finding: Any, width: int = 60) -> list[object]:
+    """One findings-table row (detail shortened)."""
+    import json
+
+    detail = json.dumps(finding.detail, sort_keys=True)
+    if len(detail) > width:
+        detail = detail[: width - 1] + "…"
+    return [
+        finding.id,
+        finding.severity.value,
+        finding.kind,
+        finding.resource_id,
+        detail,
+        finding.created_at.isoformat(),
+    ]

@@ -1,0 +1,94 @@
+"""`planq plans watch`: poll the ledger and draw one progress bar per phase job until all end."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from cli.context import Planq
+from cli.output import TimedOut, console, emit_json, percent, status_style
+from cli.views import job_dict
+
+
+def snapshot(session: Planq, plan_id: str) -> tuple[Any, list[Any]]:
+    """The plan and its jobs as the ledger has them now."""
+    rt = session.runtime
+    plan = rt.lifecycle.get_plan(plan_id)
+    return plan, rt.jobs.list_by_plan(plan.plan_id)
+
+
+def all_ended(jobs: list[Any]) -> bool:
+    """Whether every job is terminal (a plan with no jobs has nothing to wait for)."""
+    return all(job.is_terminal for job in jobs)
+
+
+#: Below this console width the worker column is left out, so the bars keep their room.
+WIDE = 110
+
+
+def render(plan: Any, jobs: list[Any], elapsed: float, width: int = WIDE) -> Any:
+    """A table: one row and one bar per job, driven by the row's progress column."""
+    from rich.markup import escape
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    wide = width >= WIDE
+    parts = (f"plan {plan.plan_id}", plan.name, plan.label, f"{elapsed:.0f}s")
+    table = Table(title=escape(" - ".join(p for p in parts if p)), title_justify="left")
+    table.add_column("job id", min_width=26, no_wrap=True)
+    for name in ("phase", "try", "status"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("progress", min_width=10, ratio=None if wide else 1)
+    if wide:
+        table.add_column("", justify="right", no_wrap=True)
+        table.add_column("worker", overflow="fold")
+    for job in jobs:
+        done = 1.0 if job.status.value == "succeeded" else (job.progress or 0.0)
+        style = status_style(job.status.value)
+        bar = ProgressBar(
+            total=1.0, completed=done, width=30 if wide else None, complete_style=style
+        )
+        cells: list[Any] = [
+            job.job_id,
+            job.phase.value,
+            str(job.attempt),
+            f"[{style}]{job.status.value}[/]",
+            bar,
+        ]
+        table.add_row(*cells, *([percent(done), job.worker_id or "-"] if wide else []))
+    if not jobs:
+        table.add_row("-", "-", "-", "no jobs yet", "", *(["", "-"] if wide else []))
+    return table
+
+
+def watch_plan(
+    session: Planq, plan_id: str, timeout: float, interval: float, as_json: bool
+) -> None:
+    """Poll until every job ends; TimedOut (exit 1) when timeout passes first."""
+    from rich.live import Live
+
+    start = time.monotonic()
+    plan, jobs = snapshot(session, plan_id)
+    out = None if as_json else console()
+    live = Live(console=out, auto_refresh=False) if out is not None and out.is_terminal else None
+    if live is not None:
+        live.start()
+    try:
+        while True:
+            if live is not None:
+                live.update(render(plan, jobs, time.monotonic() - start, out.width), refresh=True)
+            if all_ended(jobs) or time.monotonic() - start >= timeout:
+                break
+            time.sleep(interval)
+            plan, jobs = snapshot(session, plan_id)
+    finally:
+        if live is not None:
+            live.stop()
+    done = all_ended(jobs)
+    if out is not None and live is None:  # a pipe or a log: the final view, once
+        out.print(render(plan, jobs, time.monotonic() - start, out.width))
+    if as_json:
+        emit_json({"plan": plan.as_cli_dict(), "jobs": [job_dict(j) for j in jobs], "done": done})
+    if not done:
+        pending = ", ".join(f"{j.job_id} ({j.status.value})" for j in jobs if not j.is_terminal)
+        raise TimedOut(f"after {timeout:g}s these jobs have not ended: {pending}")
