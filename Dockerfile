@@ -1,0 +1,32 @@
+# planq: one image for the migrate, worker, beat and flower services of docker-compose.yml.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# A fixed non-root user (no planq process needs root), and the beat schedule directory it
+# owns (a named volume first mounted there inherits the owner).
+RUN groupadd --system --gid 10001 planq \
+    && useradd --system --uid 10001 --gid planq --create-home --home-dir /home/planq planq \
+    && install -d -o planq -g planq /var/lib/planq/beat
+
+# The runtime dependencies only: no [dev] extra, no tests (pyproject.toml asks for
+# kombu[redis]: its Redis transport imports `packaging`, which only that extra brings).
+# The source is removed after the install; the package lives in site-packages, so
+# `celery -A worker_config` works from any directory.
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY domain ./domain
+COPY store ./store
+COPY tasks ./tasks
+COPY worker_config ./worker_config
+COPY cli ./cli
+RUN pip install . && cd / && rm -rf /src
+
+USER planq
+WORKDIR /home/planq
+
+# docker-compose.yml gives each service its command; alone, the image runs a worker.
+CMD ["celery", "-A", "worker_config", "worker", "-P", "prefork", "--hostname", "worker@%h", "--loglevel", "INFO"]

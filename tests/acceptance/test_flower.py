@@ -1,0 +1,324 @@
+"""Flower watches a real fleet: `celery -A worker_config flower` beside a prefork worker.
+
+Flower runs as docker-compose.yml runs it (basic auth from FLOWER_BASIC_AUTH), and the
+compose file's worker and Flower healthchecks are run here against the real processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from celery import Celery
+
+from domain.jobs import AsyncJobStatus
+from domain.plans import Plan, PlanPhase, PlanStatus
+from tasks.runtime import Runtime, reset_runtime, runtime_for
+from tests.acceptance.conftest import EXEC, StartWorker
+from tests.celery_support import (
+    CeleryProcess,
+    WorkerProcess,
+    make_app,
+    wait_for_status,
+    worker_env,
+)
+from tests.support import wait_for
+
+pytestmark = pytest.mark.processes
+
+CHROMIUM = Path("/usr/bin/chromium")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: Test-only credentials for a Flower bound to 127.0.0.1 for one test.
+FLOWER_USER, FLOWER_PASSWORD = "operator", "flower-test-only"
+STRATEGIZE = "planq.strategize_plan"
+
+
+def flower_args(port: int) -> list[str]:
+    """`celery -A worker_config` arguments that start Flower (tornado wants --name=value)."""
+    return ["flower", f"--port={port}", "--address=127.0.0.1"]
+
+
+def flower_command(port: int) -> list[str]:
+    """The whole Flower command line this test runs."""
+    return [sys.executable, "-m", "celery", "-A", "worker_config", *flower_args(port)]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class FlowerServer:
+    """A running Flower process and an HTTP client for it."""
+
+    def __init__(self, process: CeleryProcess, port: int, basic_auth: bool) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.auth = (FLOWER_USER, FLOWER_PASSWORD) if basic_auth else None
+
+    def get(self, path: str, auth: bool = True, **params: Any) -> requests.Response:
+        """GET path (with the basic-auth credentials unless auth=False)."""
+        if self.process.proc.poll() is not None:
+            pytest.fail(f"Flower exited with {self.process.proc.returncode}:\n{self.log()}")
+        return requests.get(
+            self.url + path, params=params, auth=self.auth if auth else None, timeout=10
+        )
+
+    def api(self, path: str, **params: Any) -> Any:
+        """GET an /api/ path and return its JSON."""
+        response = self.get(path, **params)
+        response.raise_for_status()
+        return response.json()
+
+    def log(self) -> str:
+        """The end of Flower's log, for failure messages."""
+        return self.process.log_tail(60)
+
+    def answers(self) -> bool:
+        """Whether /healthcheck says OK yet."""
+        try:
+            return self.get("/healthcheck", auth=False).text == "OK"
+        except requests.ConnectionError:
+            return False
+
+
+StartFlower = Callable[..., FlowerServer]
+
+
+@pytest.fixture
+def start_flower(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartFlower]:
+    """Start Flower on the test Redis; every Flower started is stopped after the test."""
+    started: list[CeleryProcess] = []
+
+    def start(basic_auth: bool = True) -> FlowerServer:
+        env = worker_env(redis_url, pg_url)
+        env.pop("FLOWER_UNAUTHENTICATED_API", None)
+        if basic_auth:
+            env["FLOWER_BASIC_AUTH"] = f"{FLOWER_USER}:{FLOWER_PASSWORD}"
+        else:  # the UI is open without auth; the API needs this to answer
+            env["FLOWER_UNAUTHENTICATED_API"] = "true"
+        port = free_port()
+        process = CeleryProcess(env, "flower", flower_args(port), tmp_path / "flower.log")
+        started.append(process)
+        server = FlowerServer(process, port, basic_auth)
+        wait_for(server.answers, timeout=60, interval=0.2, what="Flower's /healthcheck")
+        return server
+
+    yield start
+    for process in started:
+        process.close()
+
+
+def strategize(app: Celery, runtime: Runtime, count: int) -> list[tuple[str, str]]:
+    """Queue count new plans' strategize jobs through app; (job id, plan id) pairs."""
+    queued = []
+    for i in range(count):
+        plan = Plan.with_steps(["survey", "score"], name=f"flower-{i}")
+        runtime.plans.add(plan)
+        result = app.tasks[STRATEGIZE].delay(plan.plan_id)
+        queued.append((result.id, plan.plan_id))
+    return queued
+
+
+def wait_for_worker(flower: FlowerServer, hostname: str) -> None:
+    """Poll /api/workers (asking Flower to inspect) until hostname is listed."""
+    wait_for(
+        lambda: hostname in flower.api("/api/workers", refresh="1"),
+        timeout=60,
+        interval=0.5,
+        what=f"Flower to list {hostname}",
+    )
+
+
+def wait_for_tasks(flower: FlowerServer, job_ids: list[str]) -> dict[str, Any]:
+    """Poll /api/tasks until every job shows as SUCCESS with a runtime; return them."""
+
+    def done() -> dict[str, Any] | None:
+        tasks = flower.api("/api/tasks")
+        shown = {i: tasks[i] for i in job_ids if i in tasks}
+        finished = all(t["state"] == "SUCCESS" and t.get("runtime") for t in shown.values())
+        return shown if len(shown) == len(job_ids) and finished else None
+
+    return wait_for(done, timeout=60, interval=0.5, what=f"Flower to show {job_ids} succeeded")
+
+
+def succeeded(runtime: Runtime, job_id: str, worker: WorkerProcess) -> None:
+    """Wait for the job's ledger row to succeed; say where it stands if it does not."""
+    try:
+        wait_for_status(runtime.jobs, job_id, AsyncJobStatus.succeeded, timeout=60)
+    except pytest.fail.Exception:
+        job = runtime.jobs.get(job_id)
+        status = None if job is None else job.status
+        pytest.fail(f"job {job_id} is {status}, not succeeded; worker log:\n{worker.log_tail()}")
+
+
+def compose_healthcheck(service: str) -> list[str]:
+    """The compose file's healthcheck for service, as compose hands it to the container."""
+    from tests.unit.test_compose import interpolate, load_compose
+
+    test = load_compose()["services"][service]["healthcheck"]["test"]
+    args = [interpolate(a, {}) for a in test[1:]]
+    return ["sh", "-c", *args] if test[0] == "CMD-SHELL" else args
+
+
+def test_flower_shows_workers_jobs_and_metrics(
+    producer: Celery,
+    runtime: Runtime,
+    start_worker: StartWorker,
+    start_flower: StartFlower,
+    redis_url: str,
+    pg_url: str,
+) -> None:
+    flower = start_flower()
+    worker = start_worker("worker")  # the compose worker's name: worker@%h
+    hostname = f"worker@{socket.gethostname()}"
+    wait_for_worker(flower, hostname)
+    assert flower.get("/api/workers", auth=False).status_code == 401
+    assert flower.get("/healthcheck", auth=False).text == "OK"
+
+    # A producer with a site redaction pattern: Flower must show its kwargsrepr, not the id.
+    secretive = make_app(
+        redis_url,
+        pg_url,
+        default_executor=f"{EXEC}:counted",
+        redaction_patterns=[r"'plan_id': '(?P<secret>[^']+)'"],
+    )
+    try:
+        queued = {app: strategize(app, runtime, n) for app, n in ((producer, 2), (secretive, 1))}
+        redactors = {
+            job: runtime_for(app).redactor for app, jobs in queued.items() for job, _ in jobs
+        }
+    finally:
+        reset_runtime(secretive)
+    pairs = [pair for jobs in queued.values() for pair in jobs]
+    job_ids = [job for job, _ in pairs]
+    for job_id in job_ids:
+        succeeded(runtime, job_id, worker)
+
+    tasks = wait_for_tasks(flower, job_ids)
+    for job_id, plan_id in pairs:
+        task = tasks[job_id]
+        assert task["name"] == STRATEGIZE
+        assert task["worker"] == hostname
+        assert task["runtime"] > 0
+        expected = redactors[job_id](repr({"job_id": job_id, "plan_id": plan_id}))
+        assert task["kwargs"] == expected
+        assert task["args"] == "()"
+    hidden = [job for job, _ in queued[secretive]]
+    for job_id, plan_id in pairs:
+        assert (plan_id in tasks[job_id]["kwargs"]) is (job_id not in hidden)
+
+    line = re.compile(
+        r'^flower_events_total\{task="planq\.strategize_plan",type="task-succeeded",'
+        rf'worker="{re.escape(hostname)}"\}} (?P<count>[0-9.]+)$',
+        re.MULTILINE,
+    )
+
+    def counted() -> bool:
+        m = line.search(flower.get("/metrics", auth=False).text)
+        return m is not None and float(m["count"]) >= len(job_ids)
+
+    wait_for(counted, timeout=30, interval=0.5, what="flower_events_total task-succeeded")
+
+    # docker-compose.yml's healthchecks, run against these real processes.
+    env = {**worker_env(redis_url, pg_url), "HOSTNAME": socket.gethostname()}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for service, replace in (("worker", {}), ("flower", {"5555": str(flower.port)})):
+        args = compose_healthcheck(service)
+        for old, new in replace.items():
+            args = [a.replace(old, new) for a in args]
+        check = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0, f"{service} healthcheck: {check.stdout}{check.stderr}"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, installed with apt-get when missing (a failed install fails)."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    apt = shutil.which("apt-get")
+    if apt is None:
+        pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "-q", "chromium"]
+    done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:  # a stale or missing package list: update once and retry
+        subprocess.run([apt, "update", "-q"], env=env, capture_output=True, timeout=600)
+        done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0 or not CHROMIUM.exists():
+        pytest.fail(f"apt-get install chromium failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return CHROMIUM
+
+
+def headless(chromium: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium with no network beyond the page asked for."""
+    command = [
+        str(chromium),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,900",
+        "--virtual-time-budget=10000",  # let the page's AJAX fill the table first
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.timeout(1200)  # the first run may install Chromium
+def test_flower_dashboard_screenshot(
+    chromium: Path,
+    producer: Celery,
+    runtime: Runtime,
+    start_worker: StartWorker,
+    start_flower: StartFlower,
+    tmp_path: Path,
+) -> None:
+    flower = start_flower(basic_auth=False)
+    worker = start_worker("worker")
+    wait_for_worker(flower, f"worker@{socket.gethostname()}")
+    plan = Plan.with_steps(["survey", "score", "write"], name="nightly-rebalance")
+    runtime.plans.add(plan)
+    job_ids = []
+    for phase in PlanPhase:  # one plan through all three phases, then two more strategize
+        job_id = producer.tasks[f"planq.{phase.value}_plan"].delay(plan.plan_id).id
+        succeeded(runtime, job_id, worker)
+        job_ids.append(job_id)
+    stored = runtime.plans.get(plan.plan_id)
+    assert stored is not None and (stored.phase, stored.status) == (
+        PlanPhase.apply,
+        PlanStatus.complete,
+    )
+    job_ids += [job for job, _ in strategize(producer, runtime, 2)]
+    wait_for_tasks(flower, job_ids)
+
+    page = f"{flower.url}/tasks"
+    dom = headless(chromium, tmp_path / "profile-dom", "--dump-dom", page)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for job_id in job_ids:  # the table the screenshot shows really lists the jobs
+        assert job_id in dom.stdout
+
+    shot = tmp_path / "flower-dashboard.png"
+    taken = headless(chromium, tmp_path / "profile-shot", f"--screenshot={shot}", page)
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE)
+    assert len(data) > 10_000, f"a {len(data)}-byte screenshot is blank"
