@@ -111,7 +111,9 @@ class AsyncWorker:
         """Claim by CAS, run the phase executor, write the one terminal state."""
         if not isinstance(job, AsyncJob):
             raise TypeError(f"expected an AsyncJob, got {type(job).__name__}")
-        claimed = self.ledger.claim(job.job_id, self.worker_id)
+        claimed = retry_ledger_write(
+            lambda: self.ledger.claim(job.job_id, self.worker_id), f"claim {job.job_id}"
+        )
         if claimed is None:
             logger.info("job %s: not claimable (another delivery owns it or it ended)", job.job_id)
             return PickupResult.skipped
@@ -135,7 +137,7 @@ class AsyncWorker:
 
     def run_job(self, job_id: str) -> PickupResult:
         """pickup_and_execute by id (the Celery task body)."""
-        job = self.job_store.get(job_id)
+        job = retry_ledger_write(lambda: self.job_store.get(job_id), f"read {job_id}")
         if job is None:
             logger.warning("job %s: no ledger row; message dropped", job_id)
             return PickupResult.skipped
