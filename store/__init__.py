@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from store.database import Database, make_engine
 from store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
+from store.runs_memory import InMemoryRunStoreProvider
+from store.runs_sql import SqlRunStoreProvider
 from store.sql_jobs import SqlJobStore
 from store.sql_plans import SqlPlanStore
 
@@ -17,8 +19,10 @@ __all__ = [
     "Database",
     "InMemoryJobStore",
     "InMemoryPlanStore",
+    "InMemoryRunStoreProvider",
     "SqlJobStore",
     "SqlPlanStore",
+    "SqlRunStoreProvider",
     "in_memory_ledger",
     "make_engine",
     "sql_ledger",

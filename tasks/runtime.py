@@ -6,13 +6,14 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from domain.config import AsyncWorkerConfig
 from domain.jobs import AsyncJob
 from domain.lifecycle import PlanLifecycleService
 from domain.redaction import Redactor
-from store import Database, sql_ledger
+from store import Database, SqlRunStoreProvider, sql_ledger
 from store.migrate import upgrade
 from tasks.engine import AsyncWorker
 from tasks.executors import ExecutorRegistry
@@ -51,6 +52,11 @@ class Runtime:
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish
         )
+
+    @cached_property
+    def runs(self) -> SqlRunStoreProvider:
+        """Recoverable runs on this process's ledger (built on first use, same Database)."""
+        return SqlRunStoreProvider(self.db)
 
     def publish(self, job: AsyncJob) -> None:
         """Send the job's message (task id = job id), then stamp the row as dispatched."""

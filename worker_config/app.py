@@ -7,6 +7,7 @@ from sqlalchemy.engine import make_url
 
 from tasks.maintenance import register_maintenance_tasks
 from tasks.phase_tasks import register_phase_tasks
+from tasks.recoverable import install_recoverable_runs
 from tasks.runtime import RuntimeConfig
 from tasks.signals import connect_signals
 from worker_config.celery_config import celery_config
@@ -35,4 +36,9 @@ def create_app(settings: PlanqSettings | None = None, main: str = "planq") -> Ce
     register_phase_tasks(app)
     register_maintenance_tasks(app)
     connect_signals(app)
+    install_recoverable_runs(
+        app,
+        stale_after=settings.run_stale_after,
+        ledger_consistency_interval=settings.ledger_consistency_interval or None,
+    )
     return app

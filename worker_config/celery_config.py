@@ -11,7 +11,8 @@ from worker_config.settings import PlanqSettings
 
 PHASE_QUEUES = {phase: f"planq.{phase.value}" for phase in PlanPhase}
 MAINTENANCE_QUEUE = "planq.maintenance"
-ALL_QUEUES = [*PHASE_QUEUES.values(), MAINTENANCE_QUEUE]
+RUNS_QUEUE = "planq.runs"  # recoverable runs: long scans, kept off the phase queues
+ALL_QUEUES = [*PHASE_QUEUES.values(), MAINTENANCE_QUEUE, RUNS_QUEUE]
 
 
 def celery_config(settings: PlanqSettings) -> dict[str, Any]:
@@ -49,6 +50,7 @@ def celery_config(settings: PlanqSettings) -> dict[str, Any]:
                 for p, q in PHASE_QUEUES.items()
             },
             "planq.maintenance.*": {"queue": MAINTENANCE_QUEUE, "routing_key": MAINTENANCE_QUEUE},
+            "planq.runs.*": {"queue": RUNS_QUEUE, "routing_key": RUNS_QUEUE},
         },
         "worker_hijack_root_logger": False,
         "enable_utc": True,

@@ -33,6 +33,10 @@ class PlanqSettings(BaseSettings):
     executors: dict[str, str] = Field(default_factory=dict)
     default_executor: str = "walk_steps"
     metrics_port: int = Field(0, ge=0, le=65535)
+    #: Boot sweep: another node's active run silent this long is presumed dead (>= 2 checkpoints).
+    run_stale_after: float = Field(300.0, ge=60)
+    #: Beat interval of the ledger_consistency scan; 0 = no beat entry (trigger it by hand).
+    ledger_consistency_interval: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _coherent(self) -> PlanqSettings:

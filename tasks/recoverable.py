@@ -1,0 +1,254 @@
+"""Recoverable runs on Celery: one task per handler, the boot recovery sweep, shutdown pause.
+
+- `register_recoverable_job(app, handler, interval)` makes the task `planq.runs.<name>`
+  (routed to the `planq.runs` queue). A trigger (`.delay()`, beat, an operator) calls
+  `run_or_resume`: it starts a run, resumes the Paused one from its cursor, or is skipped
+  (`already_running`) while another run of the name is active. The task has NO wall-clock
+  limit and is acked on receipt: the run's row, not the message, carries the state, and a
+  redelivered message must not resume a crashed run behind an operator's back.
+- Cancellation is cooperative: `request_cancel(app, name)` flips the row to CancelRequested;
+  the handler's next `status()` poll sees it and returns Paused(cursor).
+- The boot sweep runs on `worker_init` (sent once per worker node, in the parent process,
+  by the CLI worker and by `start_worker` alike; `worker_ready` is CLI-only). It pauses only
+  runs owned by this node name, or silent for longer than `stale_after`: never a run a live
+  worker still owns. Owner = the Celery node name (`name@host`), stable across a restart.
+- A warm shutdown (CLI worker) asks this node's Running runs to stop: they end Paused at
+  their next batch with the cursor kept, instead of holding the shutdown for hours.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from celery import Celery
+from celery.signals import worker_init, worker_shutting_down
+
+from domain.runs import RecoverableJobHandler, RunStatus, run_or_resume
+from tasks.engine import retry_ledger_write
+from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
+from tasks.ledger_consistency import LedgerConsistencyHandler
+from tasks.runtime import runtime_for
+
+logger = logging.getLogger("planq.runs")
+
+TASK_PREFIX = "planq.runs."
+BEAT_PREFIX = "planq-runs-"
+SWEEP_RETRY_DEADLINE = 10.0
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
+_registered: WeakKeyDictionary[Celery, dict[str, RecoverableJobHandler]] = WeakKeyDictionary()
+#: The node name of the worker this process runs for app (set on worker_init, kept by fork).
+_node_names: WeakKeyDictionary[Celery, str] = WeakKeyDictionary()
+
+
+def task_name(job_name: str) -> str:
+    """The Celery task name of a recoverable job."""
+    return f"{TASK_PREFIX}{job_name}"
+
+
+def worker_node_name(hostname: str | None = None) -> str:
+    """Who owns a run: the Celery node name (stable across a restart of the node).
+
+    Outside a worker (a direct call), the process stands in: `planq-<pid>@<host>`.
+    """
+    if isinstance(hostname, str) and "@" in hostname:
+        return hostname
+    return f"planq-{os.getpid()}@{socket.gethostname()}"
+
+
+def owner_for(app: Celery, request: Any = None) -> str:
+    """The node name of the worker running a task of app in this process.
+
+    The one worker_init recorded comes first: `task.request.hostname` is the node name only
+    under the CLI worker (others put the machine's hostname there).
+    """
+    node = _node_names.get(app)
+    if node:
+        return node
+    return worker_node_name(getattr(request, "hostname", None))
+
+
+def check_handler(handler: object) -> str:
+    """The handler's job name; TypeError/ValueError saying what is wrong with it."""
+    name = getattr(handler, "name", None)
+    if not isinstance(name, str):
+        raise TypeError(
+            f"recoverable job handler {handler!r} needs a str attribute `name`, "
+            f"got {type(name).__name__}"
+        )
+    if not _NAME.fullmatch(name):
+        raise ValueError(
+            f"recoverable job name {name!r} must be 1-200 characters of letters, digits, "
+            "'_', '.' or '-' (it becomes the task name planq.runs.<name>)"
+        )
+    if not callable(getattr(handler, "run_resumable", None)):
+        raise TypeError(f"recoverable job handler {name!r} needs a callable run_resumable()")
+    for optional in ("count_total", "progress_kind"):
+        if hasattr(handler, optional) and not callable(getattr(handler, optional)):
+            raise TypeError(f"recoverable job handler {name!r}: {optional} must be callable")
+    return name
+
+
+def check_interval(interval: object) -> float | None:
+    """A beat interval in seconds; None or 0 means no beat entry."""
+    if interval is None:
+        return None
+    if isinstance(interval, bool) or not isinstance(interval, int | float):
+        raise TypeError(f"interval must be a number of seconds or None, got {interval!r}")
+    if interval < 0:
+        raise ValueError(f"interval must be >= 0 seconds (0: no beat entry), got {interval!r}")
+    return float(interval) or None
+
+
+def _refuse_time_limits(app: Celery) -> None:
+    """A global limit would apply to these tasks too (Celery falls back to it)."""
+    for setting in ("task_time_limit", "task_soft_time_limit"):
+        if app.conf.get(setting):
+            raise ValueError(
+                f"{setting} is set: recoverable runs must have no wall-clock limit "
+                "(set limits per task instead)"
+            )
+
+
+def registered_jobs(app: Celery) -> dict[str, RecoverableJobHandler]:
+    """The recoverable jobs registered on app, by name."""
+    return dict(_registered.get(app, {}))
+
+
+def register_recoverable_job(
+    app: Celery, handler: RecoverableJobHandler, interval: float | None = None
+) -> Any:
+    """Create the task planq.runs.<name> for handler (and a beat entry with an interval)."""
+    name = check_handler(handler)
+    every = check_interval(interval)
+    _refuse_time_limits(app)
+    jobs = _registered.setdefault(app, {})
+    if name in jobs:
+        raise ValueError(f"recoverable job {name!r} is already registered on this app")
+
+    @app.task(  # type: ignore[misc]
+        name=task_name(name),
+        bind=True,
+        shared=False,  # Celery shares decorated tasks across apps by default
+        ignore_result=True,
+        acks_late=False,  # the run row is the state; a redelivery must not auto-resume
+        reject_on_worker_lost=False,
+        time_limit=None,  # no wall-clock limit: cancellation is cooperative only
+        soft_time_limit=None,
+    )
+    def trigger(self: Any, args: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Start, resume or skip (already running) this recoverable job; its JobOutcome."""
+        if args is not None and not isinstance(args, dict):
+            raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
+        owner = owner_for(app, self.request)
+        outcome = run_or_resume(handler, runtime_for(app).runs, args, owner=owner)
+        return outcome.as_dict()
+
+    jobs[name] = handler
+    if every is not None:
+        app.conf.beat_schedule = {
+            **(app.conf.beat_schedule or {}),
+            f"{BEAT_PREFIX}{name}": {"task": task_name(name), "schedule": every},
+        }
+    return trigger
+
+
+def request_cancel(app: Celery, job_name: str) -> str | None:
+    """Ask the Running run of job_name to stop (it ends Paused); its id, or None."""
+    return runtime_for(app).runs.request_cancel(job_name)
+
+
+def boot_recovery_sweep(app: Celery, owner: str, stale_after: float) -> list[str]:
+    """Pause this node's interrupted runs and the stale ones; the ids paused."""
+    runs = runtime_for(app).runs
+    swept = retry_ledger_write(
+        lambda: runs.boot_recovery_sweep(owner, stale_after),
+        "boot recovery sweep",
+        deadline=SWEEP_RETRY_DEADLINE,
+    )
+    if swept:
+        logger.warning(
+            "boot recovery sweep (%s): paused %d interrupted run(s): %s; "
+            "trigger planq.runs.<name> to resume from the saved cursor",
+            owner,
+            len(swept),
+            ", ".join(swept),
+        )
+    return swept
+
+
+def pause_own_runs(app: Celery, owner: str) -> list[str]:
+    """Ask this node's Running runs to stop at their next batch (warm shutdown)."""
+    runs = runtime_for(app).runs
+    asked: list[str] = []
+    for name in registered_jobs(app):
+        newest = runs.list_runs(name, limit=1)  # the active run is always the newest
+        if newest and newest[0].status is RunStatus.Running and newest[0].owner == owner:
+            run_id = runs.request_cancel(name)
+            if run_id is not None:
+                asked.append(run_id)
+    if asked:
+        logger.info("shutdown (%s): asked runs %s to pause", owner, ", ".join(asked))
+    return asked
+
+
+def connect_recovery_signals(app: Celery, stale_after: float) -> None:
+    """The boot sweep on worker_init, the pause on a warm shutdown (idempotent per app)."""
+    if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
+        raise TypeError(f"stale_after must be a number of seconds, got {stale_after!r}")
+    if stale_after <= 0:
+        raise ValueError(f"stale_after must be > 0 seconds, got {stale_after!r}")
+
+    @worker_init.connect(weak=False, dispatch_uid=f"planq-runs-sweep-{id(app)}")
+    def _on_worker_init(sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "app", None) is not app:
+            return
+        owner = worker_node_name(getattr(sender, "hostname", None))
+        _node_names[app] = owner
+        try:
+            boot_recovery_sweep(app, owner, stale_after)
+        except Exception:  # Celery would only log it quietly: say it loudly
+            logger.exception(
+                "boot recovery sweep for %s FAILED: its interrupted runs stay active until "
+                "a later sweep (a restart, or another node after %.0fs of silence)",
+                owner,
+                stale_after,
+            )
+
+    @worker_shutting_down.connect(weak=False, dispatch_uid=f"planq-runs-stop-{id(app)}")
+    def _on_shutting_down(sender: Any = None, how: Any = None, **_: Any) -> None:
+        # Sent inside the CLI worker's signal handler (sender = the node name): do the
+        # ledger write on a thread, never in the handler itself.
+        if how != "Warm" or not registered_jobs(app):
+            return
+        owner = _node_names.get(app) or worker_node_name(
+            sender if isinstance(sender, str) else None
+        )
+
+        def pause() -> None:
+            try:
+                pause_own_runs(app, owner)
+            except Exception:
+                logger.exception(
+                    "shutdown (%s): could not ask runs to pause; the next boot sweeps them",
+                    owner,
+                )
+
+        threading.Thread(target=pause, name="planq-runs-pause", daemon=True).start()
+
+
+def install_recoverable_runs(
+    app: Celery, *, stale_after: float, ledger_consistency_interval: float | None = None
+) -> dict[str, Any]:
+    """Everything recoverable runs need on app: the signals and planq's own handler."""
+    connect_recovery_signals(app, stale_after)
+    handler = LedgerConsistencyHandler(
+        database=lambda: runtime_for(app).db,
+        job_timeout=lambda: runtime_for(app).config.worker.job_timeout,
+    )
+    return {LEDGER_CONSISTENCY: register_recoverable_job(app, handler, ledger_consistency_interval)}
