@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
+from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from domain.jobs import AsyncJobStatus
 from domain.ports import JobStore
@@ -171,7 +173,11 @@ class WorkerProcess(CeleryProcess):
                 raise RuntimeError(
                     f"worker {self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
                 )
-            replies = app.control.ping(timeout=0.5)
+            try:
+                replies = app.control.ping(timeout=0.5)
+            except (OSError, KombuOperationalError, RedisConnectionError):
+                # e.g. the broker was just restarted: the pool reconnects next time
+                return False
             return any(self.name in key for reply in replies for key in reply)
 
         wait_for(answered, timeout=timeout, interval=0.2, what=f"worker {self.name} to be ready")

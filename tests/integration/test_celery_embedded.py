@@ -192,15 +192,20 @@ def test_secrets_never_reach_ledger_logs_or_events(
         default_executor=f"{EXEC}:leak_secret",
     )
     captured: list[dict[str, Any]] = []
-    ready = threading.Event()
+    ready, stop = threading.Event(), threading.Event()
 
     def listen() -> None:
         with leaky.connection_for_read() as conn:
             recv = leaky.events.Receiver(conn, handlers={"*": captured.append})
             ready.set()
-            recv.capture(limit=None, timeout=20, wakeup=False)
+            while not stop.is_set():
+                try:
+                    recv.capture(limit=None, timeout=0.5, wakeup=False)
+                except TimeoutError:
+                    continue
 
-    threading.Thread(target=listen, daemon=True).start()
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
     assert ready.wait(10)
     caplog.set_level(logging.DEBUG)
     with embedded_runtime(leaky) as rt:
@@ -211,6 +216,8 @@ def test_secrets_never_reach_ledger_logs_or_events(
             lambda: any(e.get("type") == "task-succeeded" for e in captured),
             what="the task's events",
         )
+    stop.set()
+    listener.join(10)
     assert job.error_message is not None and job.error_message.startswith("PermissionError")
     assert "SECRETVALUE123" not in job.error_message
     assert "***REDACTED***" in job.error_message
