@@ -106,6 +106,15 @@ class JobLedger:
         """Fail running jobs whose heartbeat is older than job_timeout; the ones this call won."""
         now = utcnow()
         cutoff = now - timedelta(seconds=job_timeout)
+        up_since = self.jobs.ledger_up_since()
+        if up_since is not None and up_since > cutoff:
+            # The ledger itself restarted less than job_timeout ago: heartbeats could not be
+            # written while it was down, so their age says nothing about the workers yet.
+            logger.info(
+                "ledger restarted at %s; stuck detection waits a full job_timeout",
+                up_since.isoformat(),
+            )
+            return []
         expired: list[AsyncJob] = []
         for job in self.jobs.list_stuck(cutoff, limit):
             try:

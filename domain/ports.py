@@ -81,6 +81,9 @@ class JobStore(Protocol):
     ) -> bool:
         """Record progress and (optionally) a checkpoint for a running job."""
 
+    def ledger_up_since(self) -> datetime | None:
+        """When the ledger's server last started (None if unknown or embedded)."""
+
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""
 

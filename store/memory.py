@@ -194,6 +194,10 @@ class InMemoryJobStore:
             self._rows[job_id] = row.model_copy(update=update)
             return True
 
+    def ledger_up_since(self) -> datetime | None:
+        """A memory ledger lives and dies with its process: never a restart to wait out."""
+        return None
+
     def _is_stuck(self, row: AsyncJob, cutoff: datetime) -> bool:
         return row.status is AsyncJobStatus.running and (
             row.last_heartbeat is None or row.last_heartbeat < cutoff

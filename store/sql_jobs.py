@@ -6,9 +6,10 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
+from domain.clock import as_utc
 from domain.errors import DuplicateJobError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.ports import CancelOutcome, iter_batches
@@ -182,6 +183,14 @@ class SqlJobStore:
         if checkpoint_json is not None:
             values["checkpoint_json"] = checkpoint_json
         return self._cas(J.job_id == job_id, J.status == "running", **values)
+
+    def ledger_up_since(self) -> datetime | None:
+        """PostgreSQL's start time: heartbeats could not be written before it."""
+        if self.db.dialect != "postgresql":
+            return None
+        with self.db.session() as s:
+            started = s.scalar(text("SELECT pg_postmaster_start_time()"))
+        return as_utc(started) if started is not None else None
 
     def _stuck(self, cutoff: datetime) -> Any:
         return and_(

@@ -11,8 +11,9 @@ from domain.clock import utcnow
 from domain.errors import DuplicateJobError
 from domain.ids import new_id
 from domain.jobs import AsyncJob, AsyncJobStatus
+from domain.ledger import JobLedger
 from domain.plans import PlanPhase
-from domain.ports import CancelOutcome, JobStore
+from domain.ports import CancelOutcome, JobStore, PlanStore
 
 
 def make_job(**kw: object) -> AsyncJob:
@@ -272,3 +273,26 @@ def test_phase_enum_survives_storage(jobs: JobStore) -> None:
     jobs.add(job)
     stored = jobs.get(job.job_id)
     assert stored is not None and stored.phase is PlanPhase.apply
+
+
+def test_stuck_detection_waits_out_a_ledger_restart(
+    stores: tuple[JobStore, PlanStore], request: pytest.FixtureRequest
+) -> None:
+    """No heartbeat can be written while the ledger is down: wait a job_timeout after it."""
+    jobs, plans = stores
+    ledger = JobLedger(jobs, plans)
+    up_since = jobs.ledger_up_since()
+    backend = request.node.callspec.params["stores"]
+    assert (up_since is not None) == (backend == "postgres")
+    job = make_job()
+    jobs.add(job)
+    jobs.claim(job.job_id, "w", utcnow() - timedelta(days=30))
+    if up_since is not None:
+        assert up_since < utcnow()
+        just_after_restart = (utcnow() - up_since).total_seconds() + 3600
+        assert ledger.expire_stuck(just_after_restart) == []
+        stored = jobs.get(job.job_id)
+        assert stored is not None and stored.status is AsyncJobStatus.running
+    # a job_timeout shorter than the ledger's uptime: now the stale heartbeat counts
+    timeout = 60.0 if up_since is None else (utcnow() - up_since).total_seconds() / 2
+    assert [j.job_id for j in ledger.expire_stuck(timeout)] == [job.job_id]
