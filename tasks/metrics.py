@@ -1,8 +1,8 @@
 """planq's own Prometheus metrics, safe under prefork (multiprocess mode).
 
-prometheus_client picks its value store when it is first imported, so nothing here imports
-it at module load: `serve_metrics()` sets PROMETHEUS_MULTIPROC_DIR in the worker's parent
-before any child forks, and every metric is created on first use.
+`serve_metrics()` sets PROMETHEUS_MULTIPROC_DIR in the worker's parent before any child
+forks (and re-selects prometheus_client's value store, which is chosen at import); every
+metric is created on first use, so each process writes its own file in that directory.
 """
 
 from __future__ import annotations
@@ -126,8 +126,13 @@ def serve_metrics(port: int, addr: str = "0.0.0.0", directory: str | None = None
             directory = tempfile.mkdtemp(prefix="planq-metrics-")
         os.makedirs(directory, exist_ok=True)
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry, start_http_server, values
         from prometheus_client.multiprocess import MultiProcessCollector
+
+        # `celery` (via Flower's CLI plugin) may have imported prometheus_client before this
+        # ran, fixing its value store to single-process: pick the store again now. Our
+        # metrics are created lazily, so every one of them uses the multiprocess store.
+        values.ValueClass = values.get_value_class()
 
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)

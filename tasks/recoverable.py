@@ -30,6 +30,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutting_down
 
 from domain.runs import RecoverableJobHandler, RunStatus, run_or_resume
+from tasks import metrics
 from tasks.engine import retry_ledger_write
 from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from tasks.ledger_consistency import LedgerConsistencyHandler
@@ -147,6 +148,10 @@ def register_recoverable_job(
             raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
         owner = owner_for(app, self.request)
         outcome = run_or_resume(handler, runtime_for(app).runs, args, owner=owner)
+        if outcome.skipped is None and outcome.status is not None:
+            metrics.run_stopped(handler.name, outcome.status.as_str())
+            if outcome.status in {RunStatus.Completed, RunStatus.Failed}:
+                metrics.findings_recorded(handler.name, outcome.severity_counts)
         return outcome.as_dict()
 
     jobs[name] = handler

@@ -31,6 +31,7 @@ class RuntimeConfig:
     default_executor: str = "walk_steps"
     redaction_patterns: tuple[str, ...] = ()
     auto_migrate: bool = False
+    metrics_port: int = 0  #: 0 = no metrics endpoint
 
 
 class Runtime:

@@ -13,8 +13,15 @@ import signal
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_revoked, worker_init, worker_process_init, worker_shutting_down
+from celery.signals import (
+    task_revoked,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutting_down,
+)
 
+from tasks import metrics
 from tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
 from tasks.runtime import runtime_for
 
@@ -34,8 +41,16 @@ def connect_signals(app: Celery) -> None:
 
     @worker_init.connect(weak=False, dispatch_uid=f"planq-init-{id(app)}")
     def _on_worker_init(sender: Any = None, **_: Any) -> None:
-        if for_app(sender):
-            install_revoke_bridge()
+        if not for_app(sender):
+            return
+        install_revoke_bridge()
+        port = app.conf.planq_runtime.metrics_port
+        if port:  # in the parent, before any child forks: children inherit the data dir
+            metrics.serve_metrics(port)
+
+    @worker_process_shutdown.connect(weak=False, dispatch_uid=f"planq-procend-{id(app)}")
+    def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
+        metrics.process_exited(pid or os.getpid())
 
     @worker_process_init.connect(weak=False, dispatch_uid=f"planq-proc-{id(app)}")
     def _on_process_init(**_: Any) -> None:

@@ -23,6 +23,7 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
         default_executor=settings.default_executor,
         redaction_patterns=tuple(settings.redaction_patterns),
         auto_migrate=make_url(settings.database_url).get_backend_name() == "sqlite",
+        metrics_port=settings.metrics_port,
     )
 
 

@@ -1,0 +1,58 @@
+"""The worker serves planq's Prometheus metrics, summed over its prefork children."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import requests
+from celery import Celery
+from prometheus_client.parser import text_string_to_metric_families
+
+from domain.jobs import AsyncJobStatus
+from domain.plans import Plan
+from tasks.runtime import Runtime
+from tests.acceptance.conftest import EXEC, StartWorker
+from tests.celery_support import wait_for_status
+from tests.support import wait_for
+
+pytestmark = pytest.mark.processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_worker_metrics_count_jobs_from_every_child(
+    producer: Celery, runtime: Runtime, start_worker: StartWorker
+) -> None:
+    port = free_port()
+    start_worker("w1", concurrency=2, metrics_port=port, default_executor=f"{EXEC}:counted")
+    ids = []
+    for _ in range(6):
+        plan = Plan.with_steps(["x"])
+        runtime.plans.add(plan)
+        ids.append(producer.tasks["planq.strategize_plan"].delay(plan.plan_id).id)
+    for job_id in ids:
+        wait_for_status(runtime.jobs, job_id, AsyncJobStatus.succeeded, timeout=60)
+    workers = {runtime.jobs.get(i).worker_id for i in ids}  # type: ignore[union-attr]
+    assert len(workers) == 2  # both prefork children ran jobs; the scrape must sum them
+
+    key = ("planq_jobs_total", (("phase", "strategize"), ("status", "succeeded")))
+    got = wait_for(lambda: samples(port).get(key) == 6.0, timeout=15, what="6 jobs counted")
+    assert got
+    scraped = samples(port)
+    count = ("planq_job_duration_seconds_count", (("phase", "strategize"),))
+    assert scraped[count] == 6.0
+    assert ("planq_stuck_jobs_detected_total", ()) in scraped
