@@ -11,8 +11,17 @@ from celery import Celery
 
 from store import Database
 from tasks.runtime import Runtime, reset_runtime, runtime_for
-from tests.celery_support import BeatProcess, WorkerProcess, make_app, worker_env
+from tests.acceptance.flower_support import (
+    FLOWER_PASSWORD,
+    FLOWER_USER,
+    FlowerServer,
+    StartFlower,
+    flower_args,
+    free_port,
+)
+from tests.celery_support import BeatProcess, CeleryProcess, WorkerProcess, make_app, worker_env
 from tests.executors_for_tests import REDIS
+from tests.support import wait_for
 
 EXEC = "tests.executors_for_tests"
 
@@ -85,3 +94,27 @@ def start_beat(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartBea
     yield start
     for beat in started:
         beat.close()
+
+
+@pytest.fixture
+def start_flower(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartFlower]:
+    """Start Flower on the test Redis; every Flower started is stopped after the test."""
+    started: list[CeleryProcess] = []
+
+    def start(basic_auth: bool = True) -> FlowerServer:
+        env = worker_env(redis_url, pg_url)
+        env.pop("FLOWER_UNAUTHENTICATED_API", None)
+        if basic_auth:
+            env["FLOWER_BASIC_AUTH"] = f"{FLOWER_USER}:{FLOWER_PASSWORD}"
+        else:  # the UI is open without auth; the API needs this to answer
+            env["FLOWER_UNAUTHENTICATED_API"] = "true"
+        port = free_port()
+        process = CeleryProcess(env, "flower", flower_args(port), tmp_path / "flower.log")
+        started.append(process)
+        server = FlowerServer(process, port, basic_auth)
+        wait_for(server.answers, timeout=60, interval=0.2, what="Flower's /healthcheck")
+        return server
+
+    yield start
+    for process in started:
+        process.close()

@@ -12,20 +12,21 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 from celery import Celery
 
 from domain.jobs import AsyncJobStatus
 from domain.plans import Plan, PlanPhase, PlanStatus
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.acceptance.conftest import EXEC, StartWorker
+from tests.acceptance.flower_support import (
+    FlowerServer,
+    StartFlower,
+)
 from tests.celery_support import (
-    CeleryProcess,
     WorkerProcess,
     make_app,
     wait_for_status,
@@ -37,88 +38,7 @@ pytestmark = pytest.mark.processes
 
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: Test-only credentials for a Flower bound to 127.0.0.1 for one test.
-FLOWER_USER, FLOWER_PASSWORD = "operator", "flower-test-only"
 STRATEGIZE = "planq.strategize_plan"
-
-
-def flower_args(port: int) -> list[str]:
-    """`celery -A worker_config` arguments that start Flower (tornado wants --name=value)."""
-    return ["flower", f"--port={port}", "--address=127.0.0.1"]
-
-
-def flower_command(port: int) -> list[str]:
-    """The whole Flower command line this test runs."""
-    return [sys.executable, "-m", "celery", "-A", "worker_config", *flower_args(port)]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class FlowerServer:
-    """A running Flower process and an HTTP client for it."""
-
-    def __init__(self, process: CeleryProcess, port: int, basic_auth: bool) -> None:
-        self.process = process
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.auth = (FLOWER_USER, FLOWER_PASSWORD) if basic_auth else None
-
-    def get(self, path: str, auth: bool = True, **params: Any) -> requests.Response:
-        """GET path (with the basic-auth credentials unless auth=False)."""
-        if self.process.proc.poll() is not None:
-            pytest.fail(f"Flower exited with {self.process.proc.returncode}:\n{self.log()}")
-        return requests.get(
-            self.url + path, params=params, auth=self.auth if auth else None, timeout=10
-        )
-
-    def api(self, path: str, **params: Any) -> Any:
-        """GET an /api/ path and return its JSON."""
-        response = self.get(path, **params)
-        response.raise_for_status()
-        return response.json()
-
-    def log(self) -> str:
-        """The end of Flower's log, for failure messages."""
-        return self.process.log_tail(60)
-
-    def answers(self) -> bool:
-        """Whether /healthcheck says OK yet."""
-        try:
-            return self.get("/healthcheck", auth=False).text == "OK"
-        except requests.ConnectionError:
-            return False
-
-
-StartFlower = Callable[..., FlowerServer]
-
-
-@pytest.fixture
-def start_flower(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartFlower]:
-    """Start Flower on the test Redis; every Flower started is stopped after the test."""
-    started: list[CeleryProcess] = []
-
-    def start(basic_auth: bool = True) -> FlowerServer:
-        env = worker_env(redis_url, pg_url)
-        env.pop("FLOWER_UNAUTHENTICATED_API", None)
-        if basic_auth:
-            env["FLOWER_BASIC_AUTH"] = f"{FLOWER_USER}:{FLOWER_PASSWORD}"
-        else:  # the UI is open without auth; the API needs this to answer
-            env["FLOWER_UNAUTHENTICATED_API"] = "true"
-        port = free_port()
-        process = CeleryProcess(env, "flower", flower_args(port), tmp_path / "flower.log")
-        started.append(process)
-        server = FlowerServer(process, port, basic_auth)
-        wait_for(server.answers, timeout=60, interval=0.2, what="Flower's /healthcheck")
-        return server
-
-    yield start
-    for process in started:
-        process.close()
 
 
 def strategize(app: Celery, runtime: Runtime, count: int) -> list[tuple[str, str]]:
