@@ -187,7 +187,7 @@ def test_commands_are_the_ones_the_native_fleet_tests_run(
     services: dict[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import tests.celery_support as support
-    from tests.acceptance.test_flower import flower_command
+    from tests.acceptance.flower_support import flower_command
 
     started: list[list[str]] = []
 
