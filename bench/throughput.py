@@ -1,0 +1,966 @@
+#!/usr/bin/env python
+"""Throughput of planq's ledger-tracked phase jobs against raw Celery, on one broker and pool.
+
+A script, not a test. In one run, on the same Redis broker (a dedicated db, flushed at
+start) and the same pool (`celery worker -P prefork -c 2`, prefetch 1, late acks):
+
+1. raw      N no-op tasks of a bare Celery app (bench/raw_app.py); each INCRs a Redis
+            counter, which is polled for completion.
+2. planq    N `execute_plan.delay(plan_id)` jobs with the `noop` executor and the ledger on
+            a throw-away PostgreSQL database (migrated with store.migrate.upgrade, dropped at
+            the end); completion is every job row `succeeded`.
+
+Optionally (on by default) a third row, `raw+events`: the raw app with planq's task-event
+settings (worker_send_task_events, task_send_sent_event, task_track_started), so the cost
+of events can be told apart from the cost of the ledger.
+
+For each system the script warms the worker up (not counted), then measures:
+  * end to end: from the first enqueue until all N are done (the producer enqueues in a
+    loop while the worker consumes); jobs/s = N / that time;
+  * enqueue latency of each producer call (raw: apply_async; planq: delay(), which
+    includes the ledger transaction, the publish and the dispatched stamp);
+  * drain (unless --no-drain): the worker stops consuming (cancel_consumer), N messages
+    are enqueued, the worker resumes (add_consumer) and the time to empty the queue is
+    taken: the worker's own throughput, with no producer competing for the 2 cores.
+
+Usage:
+  .venv/bin/python bench/throughput.py [--jobs 2000] [--rounds 1] [--out FILE]
+
+Needs Redis at 127.0.0.1:6379 and PostgreSQL at 127.0.0.1:5432 (trust auth, user postgres).
+Worker subprocesses are started in their own process group and always killed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RAW_QUEUE = "bench.raw"
+PLANQ_QUEUE = "planq.execute"
+DEFAULT_OUT = ROOT / "bench" / "results" / "throughput.json"
+
+
+# -- small helpers --------------------------------------------------------------------------
+def log(msg: str) -> None:
+    """Progress on stderr, so stdout keeps only the table."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Linear-interpolated percentile (pct in 0..100)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * pct / 100.0
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def latency_summary(seconds: list[float]) -> dict[str, float]:
+    """p50/p90/p99/mean/max in milliseconds."""
+    ms = [s * 1000.0 for s in seconds]
+    return {
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p90_ms": round(percentile(ms, 90), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "mean_ms": round(statistics.fmean(ms), 3) if ms else float("nan"),
+        "max_ms": round(max(ms), 3) if ms else float("nan"),
+    }
+
+
+#: Recorded per system, to show that both sides ran with the same delivery settings.
+CHECKED_SETTINGS = (
+    "task_serializer",
+    "accept_content",
+    "task_acks_late",
+    "task_reject_on_worker_lost",
+    "worker_prefetch_multiplier",
+    "task_ignore_result",
+    "worker_send_task_events",
+    "task_send_sent_event",
+    "task_track_started",
+)
+
+
+class BenchError(RuntimeError):
+    """The benchmark could not complete (a worker died, a job failed, a timeout)."""
+
+
+# -- worker subprocesses ----------------------------------------------------------------------
+class WorkerProcess:
+    """A `celery worker` in its own process group; stop() ends the whole group."""
+
+    def __init__(
+        self, name: str, app_module: str, queue: str, env: dict[str, str], args: Any, logdir: Path
+    ) -> None:
+        self.name = name
+        self.nodename = f"{name}-{os.getpid()}@{socket.gethostname()}"
+        self.queue = queue
+        self.logfile = logdir / f"{name}.log"
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            app_module,
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(args.concurrency),
+            "--without-heartbeat",
+            "--without-mingle",
+            "--without-gossip",
+            "-Q",
+            queue,
+            "-n",
+            self.nodename,
+            "-l",
+            args.worker_loglevel,
+        ]
+        self.env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log(f"starting {self.name}: {' '.join(self.cmd[1:])}")
+        out = self.logfile.open("wb")
+        self.proc = subprocess.Popen(
+            self.cmd,
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: the pool children die with it
+        )
+        out.close()
+
+    def check_alive(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise BenchError(
+                f"{self.name} worker exited (rc={self.proc and self.proc.returncode}); "
+                f"log tail:\n{self.tail()}"
+            )
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.logfile.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def wait_ready(self, app: Any, timeout: float) -> None:
+        """Until the worker answers a ping (its consumer and control channel are up)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            replies = app.control.ping(destination=[self.nodename], timeout=1.0)
+            if replies:
+                return
+        raise BenchError(f"{self.name} worker not ready after {timeout}s; log:\n{self.tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM the group, then SIGKILL whatever is left."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        pgid = proc.pid  # start_new_session: the group id is the leader's pid
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                log(f"{self.name} did not stop on SIGTERM; SIGKILL")
+        # The leader may be gone while pool children linger: kill the group regardless.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        log(f"stopped {self.name} (rc={proc.returncode})")
+
+
+# -- CPU attribution --------------------------------------------------------------------------
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class CpuSampler:
+    """CPU seconds per process category between two /proc snapshots (Linux only).
+
+    Categories: the worker's main process, its pool children, PostgreSQL backends,
+    redis-server, this bench process (the producer) and everything else. A process that
+    exits inside the window is not counted (none of the measured ones do).
+    """
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+
+    def _category(self, pid: int, comm: str, pgid: int) -> str:
+        leader = self.worker.proc.pid if self.worker.proc else -1
+        if pid == leader:
+            return "worker main"
+        if pgid == leader:
+            return "worker children"
+        if pid == os.getpid():
+            return "bench producer"
+        if comm.startswith("postgres") or comm.startswith("postmaster"):
+            return "postgres"
+        if comm.startswith("redis-server"):
+            return "redis"
+        return "other"
+
+    def snapshot(self) -> dict[int, tuple[str, int]]:
+        out: dict[int, tuple[str, int]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                raw = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+            fields = raw[raw.rindex(")") + 2 :].split()
+            pgid, utime, stime = int(fields[2]), int(fields[11]), int(fields[12])
+            pid = int(entry.name)
+            out[pid] = (self._category(pid, comm, pgid), utime + stime)
+        return out
+
+    @staticmethod
+    def idle_ticks() -> tuple[int, int]:
+        """(idle+iowait, total) jiffies of all CPUs."""
+        parts = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return parts[3] + parts[4], sum(parts)
+
+    def window(self) -> CpuWindow:
+        return CpuWindow(self, self.snapshot(), self.idle_ticks(), time.perf_counter())
+
+
+class CpuWindow:
+    """An open measurement window; close(jobs) gives CPU ms per job by category."""
+
+    def __init__(
+        self, sampler: CpuSampler, snap: dict[int, tuple[str, int]], idle: tuple[int, int], t: float
+    ) -> None:
+        self.sampler, self.snap, self.idle, self.t = sampler, snap, idle, t
+
+    def close(self, jobs: int) -> dict[str, float]:
+        end = self.sampler.snapshot()
+        idle_end, total_end = self.sampler.idle_ticks()
+        wall = time.perf_counter() - self.t
+        per: Counter[str] = Counter()
+        for pid, (cat, ticks) in end.items():
+            if pid in self.snap:
+                per[cat] += ticks - self.snap[pid][1]
+        busy = (total_end - self.idle[1]) - (idle_end - self.idle[0])
+        # CPU the snapshots cannot name: processes that started and ended inside the window
+        # (another test run, say). A large value means the numbers are not trustworthy.
+        per["unattributed"] = max(busy - sum(per.values()), 0)
+        out = {cat: round(ticks / _TICK * 1000.0 / jobs, 3) for cat, ticks in sorted(per.items())}
+        measured = sum(v for k, v in per.items() if k != "unattributed")
+        out["total"] = round(measured / _TICK * 1000.0 / jobs, 3)
+        out["machine_busy_pct"] = round(100.0 * busy / max(total_end - self.idle[1], 1), 1)
+        out["wall_s"] = round(wall, 3)
+        return out
+
+
+# -- one system under test ---------------------------------------------------------------------
+@dataclass
+class SystemResult:
+    """What was measured for one system."""
+
+    name: str
+    jobs: int
+    rounds: int
+    e2e_seconds: list[float] = field(default_factory=list)
+    enqueue_seconds: list[float] = field(default_factory=list)
+    drain_seconds: list[float] = field(default_factory=list)
+    drain_jobs: list[int] = field(default_factory=list)
+    latencies: list[list[float]] = field(default_factory=list)  # per e2e round
+    cpu_e2e: list[dict[str, float]] = field(default_factory=list)
+    cpu_drain: list[dict[str, float]] = field(default_factory=list)
+    worker_cmd: str = ""
+    celery_settings: dict[str, Any] = field(default_factory=dict)
+
+    def _clean(self, cpu: list[dict[str, float]]) -> list[int]:
+        """Indexes of the rounds no foreign process disturbed (all of them if none is clean)."""
+        clean = [i for i, c in enumerate(cpu) if not disturbed(c)]
+        return clean or list(range(len(cpu)))
+
+    @property
+    def jobs_per_s(self) -> float:
+        keep = self._clean(self.cpu_e2e)
+        return statistics.median(self.jobs / self.e2e_seconds[i] for i in keep)
+
+    @property
+    def enqueue_per_s(self) -> float:
+        keep = self._clean(self.cpu_e2e)
+        return statistics.median(self.jobs / self.enqueue_seconds[i] for i in keep)
+
+    @property
+    def drain_per_s(self) -> float | None:
+        if not self.drain_seconds:
+            return None
+        keep = self._clean(self.cpu_drain)
+        return statistics.median(self.drain_jobs[i] / self.drain_seconds[i] for i in keep)
+
+    @property
+    def clean_latencies(self) -> list[float]:
+        return [x for i in self._clean(self.cpu_e2e) for x in self.latencies[i]]
+
+    def clean_rounds(self) -> str:
+        e2e = sum(not disturbed(c) for c in self.cpu_e2e)
+        drain = sum(not disturbed(c) for c in self.cpu_drain)
+        text = f"{e2e}/{len(self.cpu_e2e)}"
+        return f"{text}, {drain}/{len(self.cpu_drain)}" if self.cpu_drain else text
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("latencies")
+        data["disturbed_e2e_rounds"] = [i + 1 for i, c in enumerate(self.cpu_e2e) if disturbed(c)]
+        data["disturbed_drain_rounds"] = [
+            i + 1 for i, c in enumerate(self.cpu_drain) if disturbed(c)
+        ]
+        data["jobs_per_s"] = round(self.jobs_per_s, 1)
+        data["enqueue_per_s"] = round(self.enqueue_per_s, 1)
+        data["drain_jobs_per_s"] = None if self.drain_per_s is None else round(self.drain_per_s, 1)
+        data["enqueue_latency"] = latency_summary(self.clean_latencies)
+        return data
+
+
+def disturbed(cpu: dict[str, float]) -> bool:
+    """Whether processes outside the benchmark burned a noticeable share of CPU in a window.
+
+    Another engineer's test run on the same 2 cores skews a round; such rounds are kept in
+    the JSON but left out of the medians when at least one clean round exists.
+    """
+    foreign = cpu.get("other", 0.0) + cpu.get("unattributed", 0.0)
+    return foreign > max(0.5, 0.1 * cpu.get("total", 0.0))
+
+
+@dataclass
+class System:
+    """How to start, feed and watch one system."""
+
+    name: str
+    worker: WorkerProcess
+    app: Any  # the producer-side Celery app (for control commands)
+    make_enqueue: Callable[[int], list[Callable[[], Any]]]  # n -> n producer calls
+    done: Callable[[], int]  # how many jobs have finished (monotonic)
+    reset: Callable[[], None] = lambda: None
+    prepare: Callable[[], None] = lambda: None  # before the worker starts (producer conf)
+
+
+def wait_done(system: System, target: int, args: Any, started: float) -> float:
+    """Poll until system.done() >= target; the perf_counter time it was seen."""
+    deadline = started + args.timeout
+    checks = 0
+    last, moved = -1, time.perf_counter()
+    while True:
+        now = time.perf_counter()
+        count = system.done()
+        if count >= target:
+            return now
+        if count != last:
+            last, moved = count, now
+        if now > deadline or now - moved > args.stall:
+            raise BenchError(
+                f"{system.name}: only {count} of {target} done after {now - started:.0f}s "
+                f"(no progress for {now - moved:.0f}s; were Redis or PostgreSQL restarted?)"
+            )
+        checks += 1
+        if checks % 50 == 0:
+            system.worker.check_alive()
+        time.sleep(args.poll)
+
+
+def run_calls(calls: list[Callable[[], Any]], latencies: list[float] | None) -> float:
+    """Make every producer call, timing each; the perf_counter time of the first."""
+    first = time.perf_counter()
+    for call in calls:
+        t = time.perf_counter()
+        call()
+        if latencies is not None:
+            latencies.append(time.perf_counter() - t)
+    return first
+
+
+def quiesce(system: System, settle: float = 0.3, timeout: float = 30.0) -> int:
+    """Wait until done() stops moving (messages reserved before a cancel_consumer ran)."""
+    deadline = time.monotonic() + timeout
+    last = system.done()
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = system.done()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
+def start_py_spy(system: System, args: Any, round_no: int) -> subprocess.Popen[bytes] | None:
+    """Sample the worker and its pool children during a drain (--py-spy DIR), if asked."""
+    if args.py_spy is None or system.worker.proc is None:
+        return None
+    args.py_spy.mkdir(parents=True, exist_ok=True)
+    out = args.py_spy / f"{system.name}-drain{round_no + 1}.txt"
+    cmd = [
+        str(Path(sys.executable).with_name("py-spy")),
+        "record",
+        "--subprocesses",
+        "--idle",
+        "--rate",
+        "250",
+        "--format",
+        "raw",
+        "-o",
+        str(out),
+        "-p",
+        str(system.worker.proc.pid),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # let it attach before the drain starts
+    log(f"py-spy sampling {system.name} into {out}")
+    return proc
+
+
+def stop_py_spy(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGINT makes py-spy write its output."""
+    if proc is None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def bench_system(system: System, args: Any) -> SystemResult:
+    """Start the worker, warm up, then the measured rounds; the worker is always stopped."""
+    result = SystemResult(system.name, args.jobs, args.rounds)
+    cpu = CpuSampler(system.worker)
+    result.worker_cmd = " ".join(["celery", *system.worker.cmd[3:]])
+    try:
+        system.prepare()
+        conf = system.app.conf
+        result.celery_settings = {k: conf.get(k) for k in CHECKED_SETTINGS}
+        system.worker.start()
+        system.worker.wait_ready(system.app, timeout=90)
+        system.reset()
+
+        log(f"{system.name}: warm-up with {args.warmup} jobs")
+        base = system.done()
+        started = run_calls(system.make_enqueue(args.warmup), None)
+        wait_done(system, base + args.warmup, args, started)
+
+        for r in range(args.rounds):
+            # End to end: the producer enqueues while the worker consumes.
+            calls = system.make_enqueue(args.jobs)
+            base = system.done()
+            window = cpu.window()
+            result.latencies.append([])
+            started = run_calls(calls, result.latencies[-1])
+            enqueued = time.perf_counter()
+            finished = wait_done(system, base + args.jobs, args, started)
+            result.cpu_e2e.append(window.close(args.jobs))
+            result.enqueue_seconds.append(enqueued - started)
+            result.e2e_seconds.append(finished - started)
+            log(
+                f"{system.name} round {r + 1}: {args.jobs} jobs in {finished - started:.2f}s "
+                f"({args.jobs / (finished - started):.0f}/s; enqueue {enqueued - started:.2f}s)"
+            )
+
+            if args.drain:
+                result.drain_jobs.append(0)
+                result.drain_seconds.append(float("nan"))
+                control = system.app.control
+                dest = [system.worker.nodename]
+                control.cancel_consumer(system.worker.queue, destination=dest, reply=True)
+                before = quiesce(system)
+                run_calls(system.make_enqueue(args.jobs), None)
+                ran = quiesce(system) - before  # reserved before the cancel took effect
+                pending = args.jobs - ran
+                spy = start_py_spy(system, args, r)
+                window = cpu.window()
+                started = time.perf_counter()
+                control.add_consumer(system.worker.queue, destination=dest, reply=True)
+                finished = wait_done(system, before + args.jobs, args, started)
+                result.cpu_drain.append(window.close(pending))
+                stop_py_spy(spy)
+                result.drain_jobs[-1] = pending
+                result.drain_seconds[-1] = finished - started
+                log(
+                    f"{system.name} drain {r + 1}: {pending} queued jobs in "
+                    f"{finished - started:.2f}s ({pending / (finished - started):.0f}/s)"
+                )
+    finally:
+        system.worker.stop()
+    return result
+
+
+# -- raw Celery ---------------------------------------------------------------------------------
+def raw_system(args: Any, logdir: Path, name: str, events: bool) -> System:
+    os.environ["BENCH_BROKER_URL"] = args.redis_url
+    import redis
+
+    import bench.raw_app as raw_app
+
+    client = redis.Redis.from_url(args.redis_url)
+    task = raw_app.app.tasks["bench.noop"]
+    worker = WorkerProcess(
+        name,
+        "bench.raw_app",
+        RAW_QUEUE,
+        {
+            "BENCH_BROKER_URL": args.redis_url,
+            "BENCH_RAW_EVENTS": "1" if events else "0",
+            "BENCH_JOB_SECONDS": str(args.job_seconds),
+        },
+        args,
+        logdir,
+    )
+    return System(
+        name=name,
+        worker=worker,
+        app=raw_app.app,
+        make_enqueue=lambda n: [task.apply_async] * n,
+        done=lambda: int(client.get(raw_app.COUNTER_KEY) or 0),
+        reset=lambda: client.set(raw_app.COUNTER_KEY, 0),
+        prepare=lambda: set_events(raw_app.app, events),
+    )
+
+
+# -- planq ------------------------------------------------------------------------------------
+def create_pg_database(admin_url: str) -> tuple[str, str]:
+    """A fresh database; (its name, its SQLAlchemy URL)."""
+    import psycopg
+
+    name = f"planq_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = admin_url.rsplit("/", 1)[0]
+    return name, f"{base}/{name}"
+
+
+def drop_pg_database(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def seed_plans(database_url: str, count: int) -> list[str]:
+    """Plans in Strategize/COMPLETE, written through the plan store (500 per transaction)."""
+    from domain.plans import Plan, PlanPhase, PlanStatus
+    from store import Database, sql_ledger
+
+    db = Database(database_url)
+    try:
+        _, plans = sql_ledger(db)
+        ids: list[str] = []
+        for start in range(0, count, 500):
+            with plans.transaction():
+                for i in range(start, min(start + 500, count)):
+                    plan = Plan(
+                        name=f"bench-{i}",
+                        phase=PlanPhase.strategize,
+                        status=PlanStatus.complete,
+                    )
+                    plans.add(plan)
+                    ids.append(plan.plan_id)
+        return ids
+    finally:
+        db.close()
+
+
+EVENT_SETTINGS = ("worker_send_task_events", "task_send_sent_event", "task_track_started")
+
+
+def set_events(app: Any, on: bool) -> None:
+    """Producer side of the task-event settings (the worker side comes from its module)."""
+    app.conf.update(dict.fromkeys(EVENT_SETTINGS, on))
+
+
+LEDGER_SYSTEMS = ("planq", "planq-noev", "lean", "lean-noev")
+
+
+def ledger_system(
+    name: str, args: Any, logdir: Path, database_url: str, plan_ids: list[str]
+) -> tuple[System, Callable[[], None]]:
+    """One ledger-backed system on its own database: (system, close)."""
+    import psycopg
+
+    env = {
+        "PLANQ_BROKER_URL": args.redis_url,
+        "PLANQ_DATABASE_URL": database_url,
+        "PLANQ_DEFAULT_EXECUTOR": "bench.executors:sleep" if args.job_seconds else "noop",
+        "BENCH_JOB_SECONDS": str(args.job_seconds),
+    }
+    os.environ.update(env)  # the producer apps read the same environment as the workers
+    from worker_config.app import create_app
+    from worker_config.settings import load_settings
+
+    remaining = iter(plan_ids)
+    conn_url = database_url.replace("postgresql+psycopg://", "postgresql://")
+    conn = {"pg": psycopg.connect(conn_url, autocommit=True)}
+
+    def done() -> int:
+        query = "SELECT status, count(*) FROM async_jobs GROUP BY status"
+        try:
+            rows = dict(conn["pg"].execute(query).fetchall())
+        except psycopg.OperationalError:  # PostgreSQL restarted under us: say so, go on
+            log("ledger poll connection lost; reconnecting (this round is suspect)")
+            conn["pg"] = psycopg.connect(conn_url, autocommit=True)
+            rows = dict(conn["pg"].execute(query).fetchall())
+        bad = {s: n for s, n in rows.items() if s in ("failed", "cancelled")}
+        if bad:
+            raise BenchError(f"{name} jobs ended badly: {bad}")
+        return int(rows.get("succeeded", 0))
+
+    if name.startswith("planq"):
+        # planq itself; "planq-noev" is the same app with Celery task events off.
+        events = name == "planq"
+        app = create_app(load_settings())
+        set_events(app, events)
+        execute_plan = app.tasks["planq.execute_plan"]
+
+        def delay(plan_id: str) -> Callable[[], Any]:
+            def call() -> Any:
+                result = execute_plan.delay(plan_id)
+                if result is None:
+                    raise BenchError(f"execute_plan.delay({plan_id}) queued no job")
+                return result
+
+            return call
+
+        def make_enqueue(n: int) -> list[Callable[[], Any]]:
+            return [delay(next(remaining)) for _ in range(n)]
+
+        module = "worker_config" if events else "bench.planq_noevents"
+        worker = WorkerProcess(name, module, PLANQ_QUEUE, env, args, logdir)
+
+        def close() -> None:
+            from tasks.runtime import reset_runtime
+
+            reset_runtime(app)
+            conn["pg"].close()
+
+        return System(name, worker, app, make_enqueue, done), close
+
+    # The lean prototype (bench/lean_app.py): planq's Celery config, a Core-statement ledger.
+    import bench.lean_app as lean_app
+
+    events = name == "lean"
+
+    def make_lean(n: int) -> list[Callable[[], Any]]:
+        ids = [next(remaining) for _ in range(n)]
+        return [lambda pid=pid: lean_app.lean_delay(pid) for pid in ids]
+
+    worker_env = {**env, "BENCH_EVENTS": "1" if events else "0"}
+    worker = WorkerProcess(name, "bench.lean_app", PLANQ_QUEUE, worker_env, args, logdir)
+
+    def close_lean() -> None:
+        lean_app.close()
+        conn["pg"].close()
+
+    system = System(
+        name,
+        worker,
+        lean_app.app,
+        make_lean,
+        done,
+        prepare=lambda: set_events(lean_app.app, events),
+    )
+    return system, close_lean
+
+
+# -- environment ------------------------------------------------------------------------------
+def machine_info(args: Any) -> dict[str, Any]:
+    import psycopg
+    import redis
+
+    info: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    for pkg in ("celery", "kombu", "billiard", "redis", "sqlalchemy", "psycopg", "pydantic"):
+        with contextlib.suppress(Exception):
+            info[pkg] = version(pkg)
+    with contextlib.suppress(Exception):
+        info["redis_server"] = redis.Redis.from_url(args.redis_url).info("server")["redis_version"]
+    with contextlib.suppress(Exception), psycopg.connect(args.pg_admin_url) as conn:
+        info["postgres_server"] = conn.execute("SHOW server_version").fetchone()[0]
+    return info
+
+
+def source_info() -> dict[str, Any]:
+    """Which planq was measured: the git commit of ROOT (and whether it had local edits).
+
+    A snapshot made with `git archive` has no .git: a `.bench-source-rev` file in ROOT
+    names its commit instead.
+    """
+    info: dict[str, Any] = {"root": str(ROOT)}
+    stamp = ROOT / ".bench-source-rev"
+    if stamp.exists():
+        info["rev"] = stamp.read_text().strip()
+        info["snapshot"] = True
+        return info
+    with contextlib.suppress(Exception):
+        git = ["git", "-C", str(ROOT)]
+        info["rev"] = subprocess.check_output([*git, "rev-parse", "HEAD"], text=True).strip()
+        dirty = subprocess.check_output(
+            [*git, "status", "--porcelain", "--untracked-files=no"], text=True
+        )
+        info["local_edits"] = sorted(line[3:] for line in dirty.splitlines())
+    return info
+
+
+def machine_busy(seconds: float) -> float:
+    """How busy all CPUs were over the next `seconds` (percent)."""
+    idle0, total0 = CpuSampler.idle_ticks()
+    time.sleep(seconds)
+    idle1, total1 = CpuSampler.idle_ticks()
+    return round(100.0 * (1 - (idle1 - idle0) / max(total1 - total0, 1)), 1)
+
+
+# -- report -----------------------------------------------------------------------------------
+def table(results: dict[str, SystemResult], args: Any) -> str:
+    header = (
+        f"{'system':<11} {'jobs/s e2e':>10} {'drain/s':>8} {'enqueue/s':>9} "
+        f"{'enq p50 ms':>10} {'enq p99 ms':>10} {'clean rounds':>12}"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results.values():
+        lat = latency_summary(r.clean_latencies)
+        drain = "-" if r.drain_per_s is None else f"{r.drain_per_s:.0f}"
+        lines.append(
+            f"{r.name:<11} {r.jobs_per_s:>10.0f} {drain:>8} {r.enqueue_per_s:>9.0f} "
+            f"{lat['p50_ms']:>10.3f} {lat['p99_ms']:>10.3f} {r.clean_rounds():>12}"
+        )
+    return "\n".join(lines)
+
+
+def cpu_table(results: dict[str, SystemResult], which: str) -> str:
+    """CPU ms per job by process category (first clean round), and how busy the machine was."""
+    cats = ["worker main", "worker children", "postgres", "redis", "bench producer"]
+    cats += ["other", "unattributed"]
+    cols = [*cats, "total", "machine busy %"]
+    header = f"{'system':<11} " + " ".join(f"{c:>{max(len(c), 7)}}" for c in cols)
+    lines = [f"CPU ms per job ({which}, first clean round):", header, "-" * len(header)]
+    for r in results.values():
+        rows = r.cpu_drain if which == "drain" else r.cpu_e2e
+        if not rows:
+            continue
+        row = next((c for c in rows if not disturbed(c)), rows[0])
+        cells = [f"{row.get(c, 0.0):>{max(len(c), 7)}.2f}" for c in [*cats, "total"]]
+        cells.append(f"{row['machine_busy_pct']:>14.0f}")
+        lines.append(f"{r.name:<11} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
+    raw, planq = results.get("raw"), results.get("planq")
+    if raw is None or planq is None:
+        return {}
+    out: dict[str, float | None] = {"e2e": round(planq.jobs_per_s / raw.jobs_per_s, 3)}
+    if raw.drain_per_s and planq.drain_per_s:
+        out["drain"] = round(planq.drain_per_s / raw.drain_per_s, 3)
+    for name in ("planq-noev", "lean", "lean-noev"):
+        other = results.get(name)
+        if other is not None:
+            out[f"{name}_e2e"] = round(other.jobs_per_s / raw.jobs_per_s, 3)
+            if raw.drain_per_s and other.drain_per_s:
+                out[f"{name}_drain"] = round(other.drain_per_s / raw.drain_per_s, 3)
+    events = results.get("raw+events")
+    if events is not None:
+        out["e2e_vs_raw_events"] = round(planq.jobs_per_s / events.jobs_per_s, 3)
+        if events.drain_per_s and planq.drain_per_s:
+            out["drain_vs_raw_events"] = round(planq.drain_per_s / events.drain_per_s, 3)
+    return out
+
+
+# -- main -------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--jobs", type=int, default=2000, help="jobs per measured round (2000)")
+    p.add_argument(
+        "--job-seconds",
+        type=float,
+        default=0.0,
+        help="each job sleeps this long (raw task and planq executor alike); 0 = no-op (0)",
+    )
+    p.add_argument("--warmup", type=int, default=50, help="uncounted warm-up jobs (50)")
+    p.add_argument("--rounds", type=int, default=1, help="measured rounds; median reported (1)")
+    p.add_argument("--concurrency", type=int, default=2, help="prefork processes (2)")
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/14", help="dedicated db")
+    p.add_argument(
+        "--pg-admin-url",
+        default="postgresql://postgres@127.0.0.1:5432/postgres",
+        help="where the throw-away database is created",
+    )
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON result ({DEFAULT_OUT})")
+    p.add_argument("--timeout", type=float, default=600.0, help="per batch, seconds (600)")
+    p.add_argument(
+        "--stall", type=float, default=60.0, help="give up after no progress for this long (60)"
+    )
+    p.add_argument("--poll", type=float, default=0.01, help="completion poll interval (0.01)")
+    p.add_argument("--worker-loglevel", default="WARNING")
+    p.add_argument("--no-drain", dest="drain", action="store_false", help="skip drain rounds")
+    p.add_argument(
+        "--no-raw-events",
+        dest="raw_events",
+        action="store_false",
+        help="skip the raw+events attribution row",
+    )
+    p.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="DIR",
+        help="sample each worker with py-spy during its drain (collapsed stacks into DIR)",
+    )
+    p.add_argument(
+        "--attribution",
+        action="store_true",
+        help="also run planq with task events off (bench/planq_noevents.py) and the lean\n"
+        "ledger prototype (bench/lean_app.py) with events on and off",
+    )
+    p.add_argument("--only", choices=["raw", "planq"], help="run one system only")
+    args = p.parse_args(argv)
+    if args.jobs < 1 or args.warmup < 1 or args.rounds < 1:
+        p.error("--jobs, --warmup and --rounds must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import redis
+
+    def _terminate(signum: int, _frame: Any) -> None:
+        raise SystemExit(128 + signum)  # run the finally blocks: workers, database
+
+    signal.signal(signal.SIGTERM, _terminate)
+    logdir = Path(tempfile.mkdtemp(prefix="planq-bench-"))
+    broker = redis.Redis.from_url(args.redis_url)
+    broker.flushdb()
+    log(f"flushed {args.redis_url}; worker logs in {logdir}")
+
+    busy_before = machine_busy(2.0)
+    if busy_before > 25:
+        log(f"WARNING: the machine is {busy_before:.0f}% busy before the run: expect noise")
+    results: dict[str, SystemResult] = {}
+    databases: list[str] = []  # created and not yet dropped
+    ok = False
+    try:
+        if args.only in (None, "raw"):
+            results["raw"] = bench_system(raw_system(args, logdir, "raw", events=False), args)
+            if args.raw_events or args.attribution:
+                results["raw+events"] = bench_system(
+                    raw_system(args, logdir, "raw+events", events=True), args
+                )
+        if args.only in (None, "planq"):
+            from store.migrate import upgrade
+
+            names = LEDGER_SYSTEMS if args.attribution else LEDGER_SYSTEMS[:1]
+            count = args.warmup + args.rounds * args.jobs * (2 if args.drain else 1)
+            for name in names:
+                # Each system gets a fresh ledger, so none pays for another's table growth.
+                db_name, database_url = create_pg_database(args.pg_admin_url)
+                databases.append(db_name)
+                upgrade(database_url)
+                t = time.perf_counter()
+                plan_ids = seed_plans(database_url, count)
+                log(
+                    f"{name}: seeded {count} Strategize/COMPLETE plans in a fresh database "
+                    f"({time.perf_counter() - t:.1f}s)"
+                )
+                system, close = ledger_system(name, args, logdir, database_url, plan_ids)
+                try:
+                    results[name] = bench_system(system, args)
+                finally:
+                    close()
+                drop_pg_database(args.pg_admin_url, db_name)
+                databases.remove(db_name)
+        ok = True
+    finally:
+        for name in databases:
+            with contextlib.suppress(Exception):
+                from tasks.runtime import _runtimes
+
+                for rt in list(_runtimes.values()):
+                    rt.worker.tracker.close()
+                    rt.db.close()
+            drop_pg_database(args.pg_admin_url, name)
+            log(f"dropped database {name}")
+        broker.flushdb()
+        if not ok:
+            log(f"FAILED; worker logs kept in {logdir}")
+
+    out = {
+        "benchmark": "planq throughput vs raw Celery",
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "settings": {
+            "jobs": args.jobs,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
+            "pool": f"prefork -c {args.concurrency}",
+            "broker": args.redis_url,
+            "drain": args.drain,
+            "job_seconds": args.job_seconds,
+            "executor": "bench.executors:sleep" if args.job_seconds else "noop",
+        },
+        "machine": {**machine_info(args), "busy_before_pct": busy_before},
+        "source": source_info(),
+        "results": {k: v.as_dict() for k, v in results.items()},
+        "ratio_planq_over_raw": ratios(results),
+        "target_ratio": 0.8,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+
+    print(table(results, args))
+    print()
+    print(cpu_table(results, "end to end"))
+    if args.drain:
+        print()
+        print(cpu_table(results, "drain"))
+    print()
+    for key, value in out["ratio_planq_over_raw"].items():
+        print(f"ratio planq/raw ({key}): {value}")
+    print(f"results: {args.out}")
+    with contextlib.suppress(Exception):
+        for f in logdir.iterdir():
+            f.unlink()
+        logdir.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
