@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
 
 DEFAULT_SQLITE_BUSY_MS = 30_000
 
@@ -108,8 +107,3 @@ class Database:
     def close(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
-
-
-def null_pool_database(url: str) -> Database:
-    """A Database that opens a connection per use (CLI one-shots, migrations)."""
-    return Database(url, poolclass=NullPool)

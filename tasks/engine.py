@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
+from domain.health import WorkerHealthReport
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.ledger import JobLedger, StuckReport
+from domain.plans import PlanPhase
 from domain.ports import CancelOutcome, JobStore, PlanStore
 from domain.redaction import redact_secrets
 from tasks import metrics
@@ -86,8 +88,6 @@ class AsyncWorker:
         app: Any = None,
         worker_id: str | None = None,
     ) -> None:
-        from domain.health import WorkerHealthReport
-
         if not isinstance(config, AsyncWorkerConfig):
             raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
         if not isinstance(job_store, JobStore):
@@ -287,9 +287,8 @@ class AsyncWorker:
 
 
 def _single(executor: Executor) -> ExecutorRegistry:
+    """A registry that runs the same executor for every phase."""
     registry = ExecutorRegistry()
-    from domain.plans import PlanPhase
-
     for phase in PlanPhase:
         registry.register(phase, executor)
     return registry
