@@ -403,7 +403,13 @@ def test_retry_refuses_a_job_that_did_not_fail(
     assert len(ledger.jobs.list_by_plan(job.plan_id)) == 1
 
 
-def test_jobs_stuck_expires_silent_running_jobs(env: dict[str, str], ledger: Ledger) -> None:
+def test_jobs_stuck_expires_silent_running_jobs(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short job_timeout: detection waits until PostgreSQL has been up that long, and the
+    # fault tests may have restarted it a minute ago.
+    monkeypatch.setenv("PLANQ_JOB_TIMEOUT", "2")
+    monkeypatch.setenv("PLANQ_HEARTBEAT_INTERVAL", "0.5")
     stuck = ledger.running(heartbeat_age=3600)
     alive = ledger.running()
     report = ok_json("jobs", "stuck")
