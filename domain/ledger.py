@@ -14,7 +14,7 @@ from domain.errors import (
     PlanqError,
 )
 from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
-from domain.plans import PlanPhase, PlanStatus
+from domain.plans import Plan, PlanPhase, PlanStatus
 from domain.ports import CancelOutcome, JobStore, PlanStore
 
 #: How a job status shows on its plan.
@@ -48,25 +48,28 @@ class JobLedger:
         self.plans = plans
 
     # -- plan bookkeeping -------------------------------------------------------------
-    def _follow(self, plan_id: str, phase: PlanPhase, status: AsyncJobStatus) -> None:
-        """Move the plan to match a job outcome; optimistic, retried on a concurrent save."""
+    def _follow(self, plan_id: str, phase: PlanPhase, status: AsyncJobStatus) -> Plan | None:
+        """Move the plan to match a job outcome (optimistic, retried on a concurrent save).
+
+        Returns the plan as it now stands (None without a plan store or plan).
+        """
         if self.plans is None:
-            return
+            return None
         for _ in range(_PLAN_RETRIES):
             plan = self.plans.get(plan_id)
             if plan is None:
-                return
+                return None
             try:
                 if not plan.follow_job(phase, PLAN_STATUS_FOR_JOB[status]):
-                    return
+                    return plan
             except InvalidPlanTransitionError as exc:
                 # The plan moved on (e.g. an operator re-queued the phase): the job's own
                 # terminal write must still land, so the plan is left as it is.
                 logger.warning("plan %s not moved for its %s job: %s", plan_id, phase, exc)
-                return
+                return plan
             try:
                 self.plans.update(plan)
-                return
+                return plan
             except ConcurrentUpdateError:
                 continue
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while following its job")
@@ -74,14 +77,18 @@ class JobLedger:
     # -- transitions --------------------------------------------------------------------
     def claim(self, job_id: str, worker_id: str) -> AsyncJob | None:
         """Take a queued job for worker_id; None if another delivery owns it or it ended."""
+        claimed = self.claim_with_plan(job_id, worker_id)
+        return None if claimed is None else claimed[0]
+
+    def claim_with_plan(self, job_id: str, worker_id: str) -> tuple[AsyncJob, Plan | None] | None:
+        """claim(), also returning the plan it just moved (the executor needs it: no re-read)."""
         job_id = job_id.upper()
         with self.jobs.transaction():
             if not self.jobs.claim(job_id, worker_id, utcnow()):
                 return None
             job = self.jobs.get(job_id)
             assert job is not None
-            self._follow(job.plan_id, job.phase, AsyncJobStatus.running)
-            return job
+            return job, self._follow(job.plan_id, job.phase, AsyncJobStatus.running)
 
     def finish(self, job: AsyncJob, status: AsyncJobStatus, error: str | None = None) -> bool:
         """End a running job; False if it already ended (nothing is written twice)."""

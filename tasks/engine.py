@@ -16,7 +16,7 @@ from domain.config import AsyncWorkerConfig
 from domain.health import WorkerHealthReport
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.ledger import JobLedger, StuckReport
-from domain.plans import PlanPhase
+from domain.plans import Plan, PlanPhase
 from domain.ports import CancelOutcome, JobStore, PlanStore
 from domain.redaction import redact_secrets
 from tasks import metrics
@@ -111,40 +111,38 @@ class AsyncWorker:
         """Claim by CAS, run the phase executor, write the one terminal state."""
         if not isinstance(job, AsyncJob):
             raise TypeError(f"expected an AsyncJob, got {type(job).__name__}")
-        claimed = retry_ledger_write(
-            lambda: self.ledger.claim(job.job_id, self.worker_id), f"claim {job.job_id}"
-        )
-        if claimed is None:
-            logger.info("job %s: not claimable (another delivery owns it or it ended)", job.job_id)
-            return PickupResult.skipped
-        token = self.tracker.track(claimed.job_id)
-        try:
-            outcome = self._run_executor(claimed, token)
-        finally:
-            self.tracker.untrack(claimed.job_id)
-        wrote = retry_ledger_write(
-            lambda: self.ledger.finish(claimed, outcome.status, outcome.error),
-            f"finish {claimed.job_id}",
-        )
-        if not wrote:
-            logger.info("job %s: already terminal; nothing written", claimed.job_id)
-            return PickupResult.finished_elsewhere
-        self._count(outcome.result)
-        self._observe(claimed, outcome.status)
-        if outcome.status is AsyncJobStatus.failed:
-            self._maybe_retry(claimed)
-        return outcome.result
+        return self.run_job(job.job_id)
 
     def run_job(self, job_id: str) -> PickupResult:
-        """pickup_and_execute by id (the Celery task body)."""
-        job = retry_ledger_write(lambda: self.job_store.get(job_id), f"read {job_id}")
-        if job is None:
-            logger.warning("job %s: no ledger row; message dropped", job_id)
+        """The Celery task body: claim by id (no read first), run, finish."""
+        claimed = retry_ledger_write(
+            lambda: self.ledger.claim_with_plan(job_id, self.worker_id), f"claim {job_id}"
+        )
+        if claimed is None:
+            logger.info(
+                "job %s: not claimable (unknown, owned by another delivery, or ended)", job_id
+            )
             return PickupResult.skipped
-        return self.pickup_and_execute(job)
+        job, plan = claimed
+        token = self.tracker.track(job.job_id)
+        try:
+            outcome = self._run_executor(job, token, plan)
+        finally:
+            self.tracker.untrack(job.job_id)
+        wrote = retry_ledger_write(
+            lambda: self.ledger.finish(job, outcome.status, outcome.error),
+            f"finish {job.job_id}",
+        )
+        if not wrote:
+            logger.info("job %s: already terminal; nothing written", job.job_id)
+            return PickupResult.finished_elsewhere
+        self._count(outcome.result)
+        self._observe(job, outcome.status)
+        if outcome.status is AsyncJobStatus.failed:
+            self._maybe_retry(job)
+        return outcome.result
 
-    def _run_executor(self, job: AsyncJob, token: Any) -> Outcome:
-        plan = self.plan_store.get(job.plan_id) if self.plan_store else None
+    def _run_executor(self, job: AsyncJob, token: Any, plan: Plan | None) -> Outcome:
         ctx = JobContext(
             job=job,
             token=token,
