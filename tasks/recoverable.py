@@ -247,11 +247,36 @@ def connect_recovery_signals(app: Celery, stale_after: float) -> None:
         threading.Thread(target=pause, name="planq-runs-pause", daemon=True).start()
 
 
+#: The owner the periodic sweep passes: no run is ever owned by it, so only stale runs move.
+STALE_SWEEPER = "stale-sweep@planq-maintenance"
+STALE_SWEEP_TASK = "planq.maintenance.sweep_stale_runs"
+
+
+def register_stale_run_sweep(app: Celery, stale_after: float) -> Any:
+    """A beat task that pauses runs whose worker went silent and never came back.
+
+    The boot sweep only runs when some worker starts; without this, a run orphaned by a
+    node that is gone for good would block every trigger of its job until then.
+    """
+
+    @app.task(name=STALE_SWEEP_TASK, ignore_result=True, shared=False)  # type: ignore[misc]
+    def sweep_stale_runs() -> list[str]:
+        """Pause active runs silent for longer than stale_after (never a live one)."""
+        return boot_recovery_sweep(app, STALE_SWEEPER, stale_after)
+
+    app.conf.beat_schedule = {
+        **(app.conf.beat_schedule or {}),
+        "planq-sweep-stale-runs": {"task": STALE_SWEEP_TASK, "schedule": stale_after / 2},
+    }
+    return sweep_stale_runs
+
+
 def install_recoverable_runs(
     app: Celery, *, stale_after: float, ledger_consistency_interval: float | None = None
 ) -> dict[str, Any]:
     """Everything recoverable runs need on app: the signals and planq's own handler."""
     connect_recovery_signals(app, stale_after)
+    register_stale_run_sweep(app, stale_after)
     handler = LedgerConsistencyHandler(
         database=lambda: runtime_for(app).db,
         job_timeout=lambda: runtime_for(app).config.worker.job_timeout,

@@ -330,6 +330,32 @@ def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(app: Celery
         reset_runtime(app)
 
 
+def test_the_periodic_sweep_pauses_only_runs_whose_worker_is_gone(app: Celery) -> None:
+    runs = runtime_for(app).runs
+    try:
+        stale = runs.open_or_start("orphaned", owner="gone-for-good@other-host")
+        live = runs.open_or_start("busy", owner="alive@other-host")
+        assert isinstance(stale, Fresh) and isinstance(live, Fresh)
+        stale.store.checkpoint(b"job-0007", 7)
+        with runtime_for(app).db.session() as s:
+            s.execute(
+                update(RecoverableRunModel)
+                .where(RecoverableRunModel.id == stale.store.run_id)
+                .values(last_progress_at=utcnow() - timedelta(hours=1))
+            )
+        assert "planq-sweep-stale-runs" in app.conf.beat_schedule
+        swept = app.tasks["planq.maintenance.sweep_stale_runs"]()  # what beat sends
+        assert swept == [stale.store.run_id]
+        orphan = runs.get_run_by_id(stale.store.run_id)
+        assert orphan is not None and orphan.status is RunStatus.Paused
+        assert orphan.error_message == SWEEP_ERROR and orphan.cursor == b"job-0007".hex()
+        busy = runs.get_run_by_id(live.store.run_id)
+        assert busy is not None and busy.status is RunStatus.Running
+        assert app.tasks["planq.maintenance.sweep_stale_runs"]() == []  # idempotent
+    finally:
+        reset_runtime(app)
+
+
 # -- registration -----------------------------------------------------------------------------
 def offline_app(**settings: Any) -> Celery:
     """An app that never connects (these tests only inspect its configuration)."""
