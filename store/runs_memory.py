@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,8 +38,7 @@ from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
 from domain.runs.progress import ProgressKind
 from domain.runs.status import RunStatus
 from domain.runs.summary import RunSummary, build_summary
-
-Clock = Callable[[], datetime]
+from store.runs_bound import BoundRun, Clock
 
 
 @dataclass
@@ -90,24 +88,12 @@ class _Tables:
         self.findings: dict[str, list[tuple[Finding, str]]] = {}  #: run id -> (finding, JSON)
 
 
-class InMemoryRunStore:
+class InMemoryRunStore(BoundRun):
     """One run's store in memory."""
 
     def __init__(self, tables: _Tables, run_id: str, started_at: datetime, clock: Clock) -> None:
         self._tables = tables
-        self._run_id = run_id
-        self._started_at = started_at
-        self._clock = clock
-
-    @property
-    def run_id(self) -> str:
-        """The run's ULID."""
-        return self._run_id
-
-    @property
-    def started_at(self) -> datetime:
-        """When the run first started."""
-        return self._started_at
+        super().__init__(run_id, started_at, clock)
 
     def _row(self) -> _Run:
         row = self._tables.runs.get(self._run_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -48,10 +47,10 @@ from domain.runs.status import (
 from domain.runs.summary import RunSummary, build_summary
 from store.database import Database
 from store.models import RecoverableRunModel, RunFindingModel
+from store.runs_bound import BoundRun, Clock
 
 R = RecoverableRunModel
 F = RunFindingModel
-Clock = Callable[[], datetime]
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
 _NON_TERMINAL = [s.value for s in NON_TERMINAL_RUN_STATUSES]
@@ -97,24 +96,12 @@ def _rowcount(result: Any) -> int:
     return int(result.rowcount)
 
 
-class SqlRunStore:
+class SqlRunStore(BoundRun):
     """One run's store: what its handler (and the engine) may write to that row."""
 
     def __init__(self, database: Database, run_id: str, started_at: datetime, clock: Clock) -> None:
         self.db = database
-        self._run_id = run_id
-        self._started_at = started_at
-        self._clock = clock
-
-    @property
-    def run_id(self) -> str:
-        """The run's ULID."""
-        return self._run_id
-
-    @property
-    def started_at(self) -> datetime:
-        """When the run first started."""
-        return self._started_at
+        super().__init__(run_id, started_at, clock)
 
     def _read_status(self) -> RunStatus | None:
         with self.db.session() as s:

@@ -25,17 +25,17 @@ from celery.utils.nodenames import gethostname
 from domain.clock import utcnow
 from domain.ids import new_id
 from domain.payload import serialize_job_payload
-from domain.runs import RunStatus, RunSummary
+from domain.runs import RunStatus
 from domain.runs.checks import SWEEP_ERROR
 from store.migrate import upgrade
 from tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from tasks.runtime import reset_runtime, runtime_for
 from tests.celery_support import WorkerProcess, make_app, worker_env
-from tests.support import create_pg_database, drop_pg_database, flush_redis, wait_for
+from tests.runs_support import JOB, findings, newest, wait_run
+from tests.support import create_pg_database, drop_pg_database, flush_redis
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 
-JOB = "ledger_consistency"
 TASK = f"planq.runs.{JOB}"
 GOOD_PLANS = 10_000  # x 3 jobs, plus the bad and tricky plans
 EVERY = 1_000  # one of each bad kind after every 1,000 good plans
@@ -180,26 +180,6 @@ def workers(
         worker.close()
 
 
-def run_of(rt: Runtime) -> RunSummary | None:
-    runs = rt.runs.list_runs(JOB, limit=1)
-    return runs[0] if runs else None
-
-
-def wait_run(rt: Runtime, what: str, ok: Any, timeout: float = 60.0) -> RunSummary:
-    def check() -> RunSummary | None:
-        run = run_of(rt)
-        return run if run is not None and ok(run) else None
-
-    return wait_for(check, timeout=timeout, interval=0.02, what=what)
-
-
-def findings(rt: Runtime, run_id: str) -> list[tuple[str, str, str]]:
-    return [
-        (f.kind, f.severity.value, f.resource_id or "")
-        for f in rt.runs.list_findings(run_id, limit=1000)
-    ]
-
-
 def test_kill_9_mid_scan_then_restart_pauses_and_a_trigger_resumes_at_the_checkpoint(
     producer: Celery, workers: Any, ledger_url: str, runs_redis_url: str
 ) -> None:
@@ -213,24 +193,26 @@ def test_kill_9_mid_scan_then_restart_pauses_and_a_trigger_resumes_at_the_checkp
 
     started = time.monotonic()
     sent = producer.tasks[TASK].delay({k: str(v) for k, v in SLOW.items()})
-    first = wait_run(rt, "a first checkpoint", lambda r: r.scanned_count > 0)
+    first = wait_run(rt, "a first checkpoint", lambda r: r.scanned_count > 0, timeout=60.0)
     first_checkpoint_s = time.monotonic() - started
     assert first.status is RunStatus.Running and first.owner == node_a
 
     # Another node boots while A scans: its sweep must leave A's live run alone.
     workers("runs-b")
-    live = run_of(rt)
+    live = newest(rt)
     assert live is not None and live.status is RunStatus.Running and live.owner == node_a
 
-    seen = wait_run(rt, "a third of the ledger", lambda r: r.scanned_count >= total // 3)
+    seen = wait_run(
+        rt, "a third of the ledger", lambda r: r.scanned_count >= total // 3, timeout=60.0
+    )
     worker_a.kill()
     killed_at, killed_wall = time.monotonic(), utcnow()
-    orphan = run_of(rt)
+    orphan = newest(rt)
     assert orphan is not None and orphan.status is RunStatus.Running  # nobody owns it now
 
     restarted = workers("runs-a")  # the same node name: its boot sweep reclaims the run
     restart_s = time.monotonic() - killed_at
-    swept = run_of(rt)
+    swept = newest(rt)
     assert swept is not None and swept.id == first.id
     assert swept.status is RunStatus.Paused and swept.error_message == SWEEP_ERROR
     assert swept.cursor is not None
@@ -242,12 +224,14 @@ def test_kill_9_mid_scan_then_restart_pauses_and_a_trigger_resumes_at_the_checkp
     assert not any(sent.id in json.dumps(v) for v in unacked)  # nothing to redeliver
     assert broker.llen("planq.runs") == 0
     assert restarted.proc.poll() is None
-    paused = run_of(rt)
+    paused = newest(rt)
     assert paused is not None and paused.status is RunStatus.Paused  # no auto-resume
 
     resumed_at = time.monotonic()
     producer.tasks[TASK].delay({"batch_delay": "0"})
-    done = wait_run(rt, "the resumed run to complete", lambda r: not r.status.is_non_terminal)
+    done = wait_run(
+        rt, "the resumed run to complete", lambda r: not r.status.is_non_terminal, timeout=60.0
+    )
     resume_s = time.monotonic() - resumed_at
 
     assert done.id == first.id and done.status is RunStatus.Completed, done
@@ -288,7 +272,7 @@ def test_warm_shutdown_pauses_a_running_scan_instead_of_waiting_for_it(
     rt = runtime_for(producer)
     worker = workers("runs-c")
     producer.tasks[TASK].delay({k: str(v) for k, v in SLOW.items()})
-    wait_run(rt, "a first checkpoint", lambda r: r.scanned_count > 0)
+    wait_run(rt, "a first checkpoint", lambda r: r.scanned_count > 0, timeout=60.0)
 
     stopping = time.monotonic()
     code = worker.terminate(timeout=20)
@@ -296,14 +280,16 @@ def test_warm_shutdown_pauses_a_running_scan_instead_of_waiting_for_it(
 
     assert code == 0, worker.log_tail()
     assert stop_s < 10, stop_s  # the whole scan would take ~15 s more
-    paused = run_of(rt)
+    paused = newest(rt)
     assert paused is not None and paused.status is RunStatus.Paused, paused
     assert paused.error_message is None and paused.cursor is not None
     assert 0 < paused.scanned_count == ledger.rows_up_to(paused.cursor) < total
 
     workers("runs-d")
     producer.tasks[TASK].delay({"batch_delay": "0"})
-    done = wait_run(rt, "the resumed run to complete", lambda r: not r.status.is_non_terminal)
+    done = wait_run(
+        rt, "the resumed run to complete", lambda r: not r.status.is_non_terminal, timeout=60.0
+    )
     assert done.id == paused.id and done.status is RunStatus.Completed
     assert done.scanned_count == total
     assert sorted(findings(rt, done.id)) == sorted(ledger.expected)

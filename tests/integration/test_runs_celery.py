@@ -18,7 +18,7 @@ from sqlalchemy import insert, update
 from domain.clock import utcnow
 from domain.ids import new_id
 from domain.payload import serialize_job_payload
-from domain.runs import Completed, Fresh, RunOutcome, RunStatus, RunStore, RunSummary
+from domain.runs import Completed, Fresh, RunOutcome, RunStatus, RunStore
 from domain.runs.checks import SWEEP_ERROR
 from store import Database
 from store.models import AsyncJobModel, PlanModel, RecoverableRunModel
@@ -26,11 +26,11 @@ from tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_H
 from tasks.recoverable import register_recoverable_job, request_cancel
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import embedded_runtime, make_app
+from tests.runs_support import JOB, findings, wait_run
 from tests.support import flush_redis, wait_for
 from worker_config.app import create_app
 from worker_config.settings import load_settings
 
-JOB = "ledger_consistency"
 TASK = f"planq.runs.{JOB}"
 Expected = set[tuple[str, str, str]]  # (kind, severity, resource_id)
 
@@ -190,26 +190,6 @@ def trigger(app: Celery, **args: object) -> AsyncResult:
     """Send the job's task (through Redis to the worker), its result kept for this test."""
     kwargs = {"args": {k: str(v) for k, v in args.items()}} if args else {}
     return app.tasks[TASK].apply_async(kwargs=kwargs, ignore_result=False)
-
-
-def newest(rt: Runtime) -> RunSummary | None:
-    runs = rt.runs.list_runs(JOB, limit=1)
-    return runs[0] if runs else None
-
-
-def wait_run(rt: Runtime, what: str, ok: Any, timeout: float = 30.0) -> RunSummary:
-    def check() -> RunSummary | None:
-        run = newest(rt)
-        return run if run is not None and ok(run) else None
-
-    return wait_for(check, timeout=timeout, interval=0.02, what=what)
-
-
-def findings(rt: Runtime, run_id: str) -> list[tuple[str, str, str]]:
-    return [
-        (f.kind, f.severity.value, f.resource_id or "")
-        for f in rt.runs.list_findings(run_id, limit=1000)
-    ]
 
 
 # -- the job on the worker --------------------------------------------------------------------
