@@ -14,7 +14,7 @@ from domain.errors import InvalidJobTransitionError
 from domain.ids import is_ulid, new_id
 from domain.payload import deserialize_job_payload, serialize_job_payload
 from domain.plans import PlanPhase
-from domain.redaction import redact_secrets
+from domain.redaction import printable, redact_secrets
 
 MAX_ERROR_LENGTH = 4000
 
@@ -61,7 +61,7 @@ def redact_error(error: str | None) -> str | None:
     """Redact and bound an error message before it can reach the ledger."""
     if error is None:
         return None
-    text = redact_secrets(str(error))
+    text = printable(redact_secrets(str(error)))
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 1] + "…"
     return text

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["REDACTED", "Redactor", "redact_secrets"]
+__all__ = ["REDACTED", "Redactor", "printable", "redact_secrets"]
 
 REDACTED = "***REDACTED***"
 
@@ -248,3 +248,11 @@ def redact_secrets(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = 
     """Replace secret values with ``REDACTED`` so stored messages never carry credentials."""
     redactor = Redactor.from_patterns(extra_patterns) if extra_patterns != () else _DEFAULT
     return redactor(text)
+
+
+_UNSTORABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
+
+
+def printable(text: str) -> str:
+    """Text any ledger can store and any terminal can show: NULs, controls, lone surrogates out."""
+    return _UNSTORABLE.sub("\ufffd", text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -10,7 +11,11 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
+
+from domain.errors import LedgerUnavailableError
+from domain.redaction import redact_secrets
 
 DEFAULT_SQLITE_BUSY_MS = 30_000
 
@@ -65,6 +70,22 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, **kwargs)
 
 
+def is_transient(exc: BaseException) -> bool:
+    """An outage, not a fault: connection lost/refused, server restarting, lock or serialization."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None)
+    if isinstance(orig, sqlite3.Error):  # sqlite3 calls even a syntax error "operational"
+        return "locked" in str(orig) or "busy" in str(orig)
+    return isinstance(exc, (OperationalError, InterfaceError))
+
+
+def as_outage(exc: DBAPIError) -> LedgerUnavailableError:
+    """The domain's error for a transient failure (the SQL and its parameters left out)."""
+    reason = str(exc.orig) if exc.orig is not None else type(exc).__name__
+    return LedgerUnavailableError(redact_secrets(reason.strip().splitlines()[0][:300]))
+
+
 class Database:
     """The engine plus a per-context session, so a job store and a plan store share a txn."""
 
@@ -87,12 +108,17 @@ class Database:
         if ambient is not None:
             yield ambient
             return
-        with Session(self.engine, expire_on_commit=False) as session, session.begin():
-            token = self._current.set(session)
-            try:
-                yield session
-            finally:
-                self._current.reset(token)
+        try:
+            with Session(self.engine, expire_on_commit=False) as session, session.begin():
+                token = self._current.set(session)
+                try:
+                    yield session
+                finally:
+                    self._current.reset(token)
+        except DBAPIError as exc:
+            if is_transient(exc):
+                raise as_outage(exc) from exc
+            raise
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

@@ -5,17 +5,17 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any
 
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
 from domain.health import WorkerHealthReport
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.ledger import JobLedger, StuckReport
+from domain.outage import ride_out_outage
 from domain.plans import Plan, PlanPhase
 from domain.ports import CancelOutcome, JobStore, PlanStore
 from domain.redaction import redact_secrets
@@ -24,7 +24,6 @@ from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from tasks.tracker import WORKER_SHUTDOWN, JobTracker
 
 logger = logging.getLogger("planq.worker")
-T = TypeVar("T")
 
 #: Publishes a job's message (set by the Celery wiring; None in pure-engine use).
 Publish = Callable[[AsyncJob], None]
@@ -53,25 +52,6 @@ class Outcome:
 def default_worker_id() -> str:
     """worker-<host>-<pid>: names the process that holds a job."""
     return f"worker-{socket.gethostname()}-{os.getpid()}"
-
-
-def retry_ledger_write(fn: Callable[[], T], what: str, deadline: float = 120.0) -> T:
-    """Retry a ledger write while the database is away (e.g. restarting), then give up."""
-    delay, stop = 0.2, time.monotonic() + deadline
-    while True:
-        try:
-            return fn()
-        except Exception as exc:
-            if time.monotonic() > stop:
-                raise
-            logger.warning(
-                "ledger write %s failed (%s); retrying in %.1fs",
-                what,
-                redact_secrets(str(exc))[:200],
-                delay,
-            )
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 class AsyncWorker:
@@ -115,7 +95,7 @@ class AsyncWorker:
 
     def run_job(self, job_id: str) -> PickupResult:
         """The Celery task body: claim by id (no read first), run, finish."""
-        claimed = retry_ledger_write(
+        claimed = ride_out_outage(
             lambda: self.ledger.claim_with_plan(job_id, self.worker_id), f"claim {job_id}"
         )
         if claimed is None:
@@ -129,7 +109,7 @@ class AsyncWorker:
             outcome = self._run_executor(job, token, plan)
         finally:
             self.tracker.untrack(job.job_id)
-        wrote = retry_ledger_write(
+        wrote = ride_out_outage(
             lambda: self.ledger.finish(job, outcome.status, outcome.error),
             f"finish {job.job_id}",
         )
@@ -171,7 +151,10 @@ class AsyncWorker:
         return Outcome(AsyncJobStatus.cancelled, None, PickupResult.cancelled)
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
-        self.job_store.save_progress(job_id, progress, checkpoint)
+        ride_out_outage(
+            lambda: self.job_store.save_progress(job_id, progress, checkpoint),
+            f"progress {job_id}",
+        )
 
     def _count(self, result: PickupResult) -> None:
         if result is PickupResult.succeeded:

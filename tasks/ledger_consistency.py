@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import func, select
-from sqlalchemy.exc import InterfaceError, OperationalError
 
 from domain.clock import as_utc, utcnow
 from domain.jobs import AsyncJobStatus
 from domain.ledger import PLAN_STATUS_FOR_JOB
+from domain.outage import ride_out_outage
 from domain.payload import deserialize_job_payload
 from domain.redaction import redact_secrets
 from domain.runs import (
@@ -118,16 +118,7 @@ class _Progress:
 
 def _retrying(fn: Callable[[], T], what: str) -> T:
     """Retry while the database is away (a restart); anything else propagates at once."""
-    delay, stop = 0.2, time.monotonic() + _RETRY_DEADLINE
-    while True:
-        try:
-            return fn()
-        except (OperationalError, InterfaceError) as exc:
-            if time.monotonic() > stop:
-                raise
-            logger.warning("%s failed (%s); retrying in %.1fs", what, _short(exc), delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    return ride_out_outage(fn, what, budget=_RETRY_DEADLINE)
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:

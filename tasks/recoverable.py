@@ -29,9 +29,9 @@ from weakref import WeakKeyDictionary
 from celery import Celery
 from celery.signals import worker_init, worker_shutting_down
 
+from domain.outage import ride_out_outage
 from domain.runs import RecoverableJobHandler, RunStatus, run_or_resume
 from tasks import metrics
-from tasks.engine import retry_ledger_write
 from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from tasks.ledger_consistency import LedgerConsistencyHandler
 from tasks.runtime import runtime_for
@@ -171,10 +171,10 @@ def request_cancel(app: Celery, job_name: str) -> str | None:
 def boot_recovery_sweep(app: Celery, owner: str, stale_after: float) -> list[str]:
     """Pause this node's interrupted runs and the stale ones; the ids paused."""
     runs = runtime_for(app).runs
-    swept = retry_ledger_write(
+    swept = ride_out_outage(
         lambda: runs.boot_recovery_sweep(owner, stale_after),
         "boot recovery sweep",
-        deadline=SWEEP_RETRY_DEADLINE,
+        budget=SWEEP_RETRY_DEADLINE,
     )
     if swept:
         logger.warning(

@@ -235,3 +235,19 @@ def test_retry_policy_queues_a_new_attempt_with_the_checkpoint(
     assert engine.pickup_and_execute(retry) is PickupResult.succeeded
     plan = plans.get(job.plan_id)
     assert plan is not None and plan.label == "Strategize/COMPLETE"
+
+
+def test_unstorable_error_still_fails_the_job_at_once(jobs: JobStore, plans: PlanStore) -> None:
+    """A NUL byte cannot be stored on PostgreSQL: the job fails now, with a printable error."""
+
+    def explode(ctx: JobContext) -> None:
+        raise ValueError("bad\x00byte password=hunter22 \udc80")
+
+    job = queued_job(plans, jobs)
+    engine = worker(jobs, plans, explode)
+    assert engine.run_job(job.job_id) is PickupResult.failed
+    stored = jobs.get(job.job_id)
+    assert stored is not None and stored.status is AsyncJobStatus.failed
+    assert stored.error_message is not None
+    assert stored.error_message.startswith("ValueError: bad\ufffdbyte")
+    assert "\x00" not in stored.error_message and "hunter22" not in stored.error_message
