@@ -115,9 +115,10 @@ def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
         if new is None:
             raise Refused(f"job {job.job_id} was already retried, or its plan has moved on")
         try:
-            session.runtime.publish(new)
+            session.runtime.publish([new])
         except Exception as exc:  # the row is durable: the dispatch relay sends it later
             warn(f"job {new.job_id} queued but not published ({type(exc).__name__}); relay will")
+        session.runtime.stamps.flush()  # show the row as the relay will see it
         stored = session.runtime.jobs.get(new.job_id)
     if as_json:
         emit_json(job_dict(stored))

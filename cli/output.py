@@ -103,7 +103,7 @@ def classify(exc: Exception) -> CliError | None:
     if isinstance(exc, ConcurrentUpdateError):
         return Refused(f"{one_line(exc)} (try again)")
     if isinstance(exc, LedgerUnavailableError):
-        return Unavailable(one_line(exc))
+        return Unavailable(f"ledger: {one_line(exc)}")
     if isinstance(exc, PlanqError | ValueError):
         return BadInput(one_line(exc))
     return _service_error(exc)

@@ -15,6 +15,7 @@ plans_app = typer.Typer(help="Plans and their phase jobs.", no_args_is_help=True
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts).")]
 STEPS_HELP = "Step names, comma-separated; NAME:SECONDS sets how long a step takes."
 PlanId = Annotated[str, typer.Argument(help="The plan's ULID.", show_default=False)]
+PlanIds = Annotated[list[str], typer.Argument(help="One or more plan ULIDs.", show_default=False)]
 
 
 def parse_steps(text: str) -> list[dict[str, Any]]:
@@ -91,14 +92,22 @@ def list_plans(
             print_plans("plans", plans)
 
 
-def queue_phase(plan_id: str, phase_name: str, as_json: bool) -> None:
-    """Queue a phase: broker checked, plan and job row in one transaction, then the message."""
+def queue_phase(plan_ids: list[str], phase_name: str, as_json: bool) -> None:
+    """Queue a phase: broker checked, plan and job row in one statement, then the message.
+
+    Several plan ids go in one batch (`delay_many`): all queued, or none.
+    """
     from domain.plans import PlanPhase
 
     with planq() as session:
-        session.runtime.lifecycle.get_plan(plan_id)  # a bad or unknown id is exit 2, first
+        for plan_id in plan_ids:  # a bad or unknown id is exit 2, first
+            session.runtime.lifecycle.get_plan(plan_id)
         session.require_broker()
-        queued = session.runtime.lifecycle.queue_phase(plan_id, PlanPhase(phase_name))
+        if len(plan_ids) > 1:
+            queue_many(session, plan_ids, PlanPhase(phase_name), as_json)
+            return
+        queued = session.runtime.lifecycle.queue_phase(plan_ids[0], PlanPhase(phase_name))
+        session.runtime.stamps.flush()  # show the row as the relay will see it
         job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
         doc = {"plan": queued.plan.as_cli_dict(), "job": job_dict(job) if job else None}
         if job is not None and job.dispatched_at is None:
@@ -109,13 +118,32 @@ def queue_phase(plan_id: str, phase_name: str, as_json: bool) -> None:
         print_fields(f"plan {queued.plan.plan_id} is {queued.plan.label}", doc["job"] or {})
 
 
+def queue_many(session: Any, plan_ids: list[str], phase: Any, as_json: bool) -> None:
+    """One batch: every row in one transaction, then every message on one producer."""
+    queued = session.runtime.lifecycle.queue_phases(plan_ids, phase)
+    session.runtime.stamps.flush()
+    jobs = [session.runtime.jobs.get(q.job.job_id) for q in queued if q.job is not None]
+    if as_json:
+        emit_json(
+            [
+                {"plan": q.plan.as_cli_dict(), "job": job_dict(j)}
+                for q, j in zip(queued, jobs, strict=True)
+            ]
+        )
+        return
+    print_jobs(f"queued {phase.value} for {len(jobs)} plans", jobs)
+
+
 def _phase_command(phase_name: str, needs: str) -> None:
-    help_text = f"Queue the {phase_name} phase as a job ({needs}); exit 1 if out of order."
+    help_text = (
+        f"Queue the {phase_name} phase as a job ({needs}); exit 1 if out of order. "
+        "Several plan ids are queued in one batch: all or none."
+    )
 
     @plans_app.command(phase_name, help=help_text)
     @boundary
-    def command(plan_id: PlanId, as_json: JsonOpt = False) -> None:
-        queue_phase(plan_id, phase_name, as_json)
+    def command(plan_ids: PlanIds, as_json: JsonOpt = False) -> None:
+        queue_phase(plan_ids, phase_name, as_json)
 
 
 _phase_command("strategize", "needs a New plan, or a failed/cancelled strategize")

@@ -100,3 +100,7 @@ class RunNotActiveError(PlanqError):
         self.run_id = run_id
         self.status = status
         super().__init__(f"run {run_id} is not active (status {status!r}); stop working on it")
+
+
+class BatchError(PlanqError, ValueError):
+    """A batch of plan ids cannot be queued as given (empty, not a list, a plan twice)."""

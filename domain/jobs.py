@@ -34,7 +34,10 @@ TERMINAL_STATUSES = frozenset(
 )
 
 ALLOWED_TRANSITIONS: dict[AsyncJobStatus, frozenset[AsyncJobStatus]] = {
-    AsyncJobStatus.queued: frozenset({AsyncJobStatus.running, AsyncJobStatus.cancelled}),
+    # queued -> failed: never picked up after max_dispatches publishes (the relay gives up)
+    AsyncJobStatus.queued: frozenset(
+        {AsyncJobStatus.running, AsyncJobStatus.cancelled, AsyncJobStatus.failed}
+    ),
     AsyncJobStatus.running: frozenset(
         {AsyncJobStatus.succeeded, AsyncJobStatus.failed, AsyncJobStatus.cancelled}
     ),

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from domain.clock import utcnow
 from domain.errors import (
     ConcurrentUpdateError,
     DuplicateJobError,
     InvalidPlanTransitionError,
+    PlanNotFoundError,
     PlanqError,
 )
 from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
 from domain.plans import Plan, PlanPhase, PlanStatus
-from domain.ports import CancelOutcome, JobStore, PlanStore
-
-#: How a job status shows on its plan.
-PLAN_STATUS_FOR_JOB: dict[AsyncJobStatus, PlanStatus] = {
-    AsyncJobStatus.queued: PlanStatus.queued,
-    AsyncJobStatus.running: PlanStatus.running,
-    AsyncJobStatus.succeeded: PlanStatus.complete,
-    AsyncJobStatus.failed: PlanStatus.failed,
-    AsyncJobStatus.cancelled: PlanStatus.cancelled,
-}
+from domain.ports import CancelOutcome, Claimed, JobStore, PlanStore
+from domain.transitions import PLAN_STATUS_FOR_JOB
 
 logger = logging.getLogger("planq.ledger")
 STUCK_ERROR = "heartbeat expired"
@@ -75,28 +68,40 @@ class JobLedger:
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while following its job")
 
     # -- transitions --------------------------------------------------------------------
-    def claim(self, job_id: str, worker_id: str) -> AsyncJob | None:
-        """Take a queued job for worker_id; None if another delivery owns it or it ended."""
-        claimed = self.claim_with_plan(job_id, worker_id)
-        return None if claimed is None else claimed[0]
+    def queue(self, jobs: list[AsyncJob]) -> list[Plan] | None:
+        """Insert new jobs, their plans moved into the phase: all or nothing (None)."""
+        return self.jobs.queue(jobs, utcnow())
 
-    def claim_with_plan(self, job_id: str, worker_id: str) -> tuple[AsyncJob, Plan | None] | None:
-        """claim(), also returning the plan it just moved (the executor needs it: no re-read)."""
-        job_id = job_id.upper()
-        with self.jobs.transaction():
-            if not self.jobs.claim(job_id, worker_id, utcnow()):
-                return None
-            job = self.jobs.get(job_id)
-            assert job is not None
-            return job, self._follow(job.plan_id, job.phase, AsyncJobStatus.running)
+    def claim(self, job_id: str, worker_id: str) -> Claimed | None:
+        """Take a queued job for worker_id, and its plan; None if it is not to be run here.
 
-    def finish(self, job: AsyncJob, status: AsyncJobStatus, error: str | None = None) -> bool:
-        """End a running job; False if it already ended (nothing is written twice)."""
-        with self.jobs.transaction():
-            if not self.jobs.finish(job.job_id, status, utcnow(), redact_error(error)):
-                return False
-            self._follow(job.plan_id, job.phase, status)
-            return True
+        One statement on PostgreSQL. None: another delivery owns it, it ended, it was
+        cancelled before it started, or it is unknown.
+        """
+        return self.jobs.claim(
+            job_id.upper(), worker_id, utcnow(), follow_plan=self.plans is not None
+        )
+
+    def finish(
+        self,
+        job: AsyncJob,
+        status: AsyncJobStatus,
+        error: str | None = None,
+        worker_id: str | None = None,
+    ) -> bool:
+        """End a running job (held by worker_id, if given); False if it is not ours any more.
+
+        Nothing is written twice: a job that already ended, or that a sweep took from this
+        worker, is left as it is.
+        """
+        return self.jobs.finish(
+            job.job_id,
+            status,
+            utcnow(),
+            redact_error(error),
+            worker_id=worker_id,
+            follow_plan=self.plans is not None,
+        )
 
     def cancel(self, job_id: str) -> CancelOutcome:
         """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
@@ -147,6 +152,7 @@ class JobLedger:
 
         Returns None if a retry of this job already exists (two sweepers, one retry), or
         if the plan has moved on from this job's failure (it was re-queued or completed).
+        A job whose plan is gone is refused (PlanNotFoundError).
         """
         if job.status not in (AsyncJobStatus.failed, AsyncJobStatus.cancelled):
             raise ValueError(
@@ -154,9 +160,11 @@ class JobLedger:
             )
         if self.plans is not None:
             plan = self.plans.get(job.plan_id)
-            if plan is not None and (
-                plan.phase is not job.phase
-                or plan.status not in (PlanStatus.failed, PlanStatus.cancelled)
+            if plan is None:  # nothing to run it for: a retry would "succeed" doing nothing
+                raise PlanNotFoundError(job.plan_id)
+            if plan.phase is not job.phase or plan.status not in (
+                PlanStatus.failed,
+                PlanStatus.cancelled,
             ):
                 return None
         new = AsyncJob(
@@ -190,12 +198,12 @@ class JobLedger:
             now - timedelta(seconds=unsent_grace), now - timedelta(seconds=resend_grace), limit
         )
 
-    def mark_dispatched(self, job_id: str) -> bool:
-        """Stamp the row: its message has been published."""
-        return self.jobs.mark_dispatched(job_id, utcnow())
+    def mark_dispatched(self, job_ids: list[str]) -> int:
+        """Stamp the rows: their messages have been published (one statement)."""
+        return self.jobs.mark_dispatched(job_ids, utcnow()) if job_ids else 0
 
-    def heartbeat(self, job_ids: list[str], now: datetime | None = None) -> set[str]:
-        """One statement for all of a process's running jobs; ids with a cancel request."""
+    def heartbeat(self, job_ids: list[str], worker_id: str | None = None) -> set[str]:
+        """One statement for all of a process's running jobs; the ids whose work must stop."""
         if not job_ids:
             return set()
-        return self.jobs.heartbeat(job_ids, now or utcnow())
+        return self.jobs.heartbeat(job_ids, utcnow(), worker_id)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
-from domain.errors import ConcurrentUpdateError, PlanNotFoundError
+from domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
 from domain.ids import require_ulid
 from domain.jobs import AsyncJob
 from domain.plans import Plan, PlanPhase
@@ -15,9 +16,9 @@ from domain.ports import JobStore, PlanStore
 
 logger = logging.getLogger("planq.lifecycle")
 
-#: Called after commit with the new job; publishes its message (Celery wiring) and may
-#: raise: the row is already durable, and the dispatch relay re-publishes it.
-Enqueue = Callable[[AsyncJob], None]
+#: Called after commit with the new jobs; publishes their messages (Celery wiring) and may
+#: raise: the rows are already durable, and the dispatch relay re-publishes them.
+Enqueue = Callable[[Sequence[AsyncJob]], None]
 
 
 @dataclass(frozen=True)
@@ -69,26 +70,52 @@ class PlanLifecycleService:
         return self.queue_phase(plan_id, PlanPhase.apply)
 
     def queue_phase(self, plan_id: str, phase: PlanPhase) -> PhaseQueued:
-        """Validate, then move the plan and insert its job in ONE transaction, then enqueue.
+        """Move the plan to <phase>/QUEUED and insert its job in ONE statement, then enqueue.
 
         Row first, message second: a message never exists without its row.
         """
-        plan_id = require_ulid("plan_id", plan_id)
-        use_jobs = self.config.enabled and self.jobs is not None
+        return self.queue_phases([plan_id], phase)[0]
+
+    def queue_phases(self, plan_ids: Sequence[str], phase: PlanPhase) -> list[PhaseQueued]:
+        """queue_phase for many plans: all or nothing, then one enqueue for every job.
+
+        Bad input (an invalid id, a missing plan, a plan not ready for the phase, a plan
+        named twice) raises its typed error with nothing written and nothing enqueued.
+        """
+        if isinstance(plan_ids, str) or not isinstance(plan_ids, Sequence):
+            raise BatchError("plan_ids must be a list of plan ids")
+        ids = [require_ulid("plan_id", plan_id) for plan_id in plan_ids]
+        if not ids:
+            raise BatchError("plan_ids is empty: nothing to queue")
+        if len(set(ids)) != len(ids):
+            raise BatchError("a plan id appears twice: a phase is queued once per plan")
+        if not (self.config.enabled and self.jobs is not None):
+            return [self._queue_without_job(plan_id, phase) for plan_id in ids]
+        jobs = [AsyncJob(plan_id=plan_id, phase=phase) for plan_id in ids]
+        moved = self.jobs.queue(jobs, utcnow())
+        if moved is None:
+            self._raise_refusal(ids, phase)
+        by_id = {plan.plan_id: plan for plan in moved or []}
+        if self.enqueue is not None:
+            try:
+                self.enqueue(jobs)
+            except Exception:  # the rows are durable; the dispatch relay publishes them later
+                logger.exception("%d job(s) committed but not published; the relay will", len(jobs))
+        return [PhaseQueued(plan=by_id[job.plan_id], job=job) for job in jobs]
+
+    def _raise_refusal(self, ids: list[str], phase: PlanPhase) -> None:
+        """Say why the queue CAS refused: the first plan that is missing or not ready."""
+        for plan_id in ids:
+            self.get_plan(plan_id).queue_phase(phase)  # PlanNotFound / InvalidPlanTransition
+        raise ConcurrentUpdateError(f"a plan changed while its {phase.value} phase was queued")
+
+    def _queue_without_job(self, plan_id: str, phase: PlanPhase) -> PhaseQueued:
+        """Jobs disabled (or no job store): the plan moves, and no job is made."""
         with self.plans.transaction():
             plan = self.get_plan(plan_id)
             plan.queue_phase(phase)  # raises InvalidPlanTransitionError, nothing written
-            job = AsyncJob(plan_id=plan.plan_id, phase=phase) if use_jobs else None
             self.plans.update(plan)  # optimistic: a concurrent queue of this plan loses here
-            if job is not None:
-                assert self.jobs is not None
-                self.jobs.add(job)
-        if job is not None and self.enqueue is not None:
-            try:
-                self.enqueue(job)
-            except Exception:  # the row is durable; the dispatch relay publishes it later
-                logger.exception("job %s committed but not published; the relay will", job.job_id)
-        return PhaseQueued(plan=plan, job=job)
+        return PhaseQueued(plan=plan, job=None)
 
 
 __all__ = ["ConcurrentUpdateError", "Enqueue", "PhaseQueued", "PlanLifecycleService"]

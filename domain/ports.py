@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.plans import Plan
@@ -29,6 +29,13 @@ class CancelOutcome(StrEnum):
             CancelOutcome.requested,
             CancelOutcome.already_requested,
         }
+
+
+class Claimed(NamedTuple):
+    """A claimed job and its plan as the claim left it (None without plans, or if gone)."""
+
+    job: AsyncJob
+    plan: Plan | None
 
 
 @runtime_checkable
@@ -62,24 +69,53 @@ class JobStore(Protocol):
     def count(self, status: AsyncJobStatus | None = None) -> int:
         """How many rows (in one status)."""
 
-    def claim(self, job_id: str, worker_id: str, now: datetime) -> bool:
-        """CAS queued -> running (refused if a cancel was requested); whether this caller won."""
+    def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
+        """Move each job's plan to <phase>/QUEUED (domain.transitions) and insert the jobs.
+
+        All or nothing, one statement on PostgreSQL: None (nothing written) if any plan is
+        missing or not in a state its phase may be queued from.
+        """
+
+    def claim(
+        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False
+    ) -> Claimed | None:
+        """CAS queued -> running (refused if a cancel was requested), the plan with it.
+
+        None if this caller lost (another delivery owns it, it ended, or it is unknown).
+        """
 
     def finish(
-        self, job_id: str, status: AsyncJobStatus, now: datetime, error: str | None = None
+        self,
+        job_id: str,
+        status: AsyncJobStatus,
+        now: datetime,
+        error: str | None = None,
+        *,
+        worker_id: str | None = None,
+        follow_plan: bool = False,
     ) -> bool:
-        """CAS running -> a terminal status; whether this caller won."""
+        """CAS running (under worker_id, if given) -> terminal, the plan with it; who won."""
 
     def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """Cancel a queued job at once, or record the request on a running one."""
 
-    def heartbeat(self, job_ids: Iterable[str], now: datetime) -> set[str]:
-        """Stamp many running jobs at once; return those with a cancel request recorded."""
+    def heartbeat(
+        self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
+    ) -> set[str]:
+        """Stamp many running jobs at once; the ids whose work must stop.
+
+        That is those with a cancel request and, given worker_id, those no longer running
+        under it (expired, taken over): the fenced process learns it lost them.
+        """
 
     def save_progress(
-        self, job_id: str, progress: float | None, checkpoint_json: str | None
+        self,
+        job_id: str,
+        progress: float | None,
+        checkpoint_json: str | None,
+        worker_id: str | None = None,
     ) -> bool:
-        """Record progress and (optionally) a checkpoint for a running job."""
+        """Record progress and (optionally) a checkpoint on a running job (fenced by worker)."""
 
     def ledger_up_since(self) -> datetime | None:
         """When the ledger's server last started (None if unknown or embedded)."""
@@ -96,8 +132,8 @@ class JobStore(Protocol):
     def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
         """Delete terminal rows finished before cutoff, in bounded batches; how many."""
 
-    def mark_dispatched(self, job_id: str, now: datetime) -> bool:
-        """Stamp a live row as published (again); False once it is terminal."""
+    def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
+        """Stamp live rows as published (again), one statement; how many were stamped."""
 
     def list_dispatch_due(
         self, never_sent_before: datetime, resent_before: datetime, limit: int = 100

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
@@ -95,6 +97,9 @@ class Database:
         self._current: ContextVar[Session | None] = ContextVar(
             f"planq_session_{id(self)}", default=None
         )
+        self._local = threading.local()
+        self._owned: set[Connection] = set()  #: every thread's own connection, for close()
+        self._owned_lock = threading.Lock()
 
     @property
     def dialect(self) -> str:
@@ -126,10 +131,76 @@ class Database:
         with self.session():
             yield
 
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """The hot path's connection, in one transaction.
+
+        The ambient session's if any, else this thread's own, checked out once and kept
+        (no pool checkout or pre-ping per job).
+
+        On PostgreSQL it is in autocommit: a hot statement is atomic by itself and costs one
+        round trip (no BEGIN/COMMIT). On SQLite the block is one BEGIN IMMEDIATE.
+        """
+        ambient = self._current.get()
+        if ambient is not None:
+            yield ambient.connection()
+            return
+        conn = self._own_connection()
+        try:
+            with conn.begin():
+                yield conn
+        except DBAPIError as exc:
+            if exc.connection_invalidated or is_transient(exc):
+                self._drop_own_connection()
+            if is_transient(exc):
+                raise as_outage(exc) from exc
+            raise
+
+    def _own_connection(self) -> Connection:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.invalidated:
+            try:
+                conn = self.engine.connect()
+            except DBAPIError as exc:
+                if is_transient(exc):
+                    raise as_outage(exc) from exc
+                raise
+            if self.dialect == "postgresql":
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            self._local.conn = conn
+            with self._owned_lock:
+                self._owned.add(conn)
+        return conn
+
+    def _drop_own_connection(self) -> None:
+        conn: Connection | None = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with self._owned_lock:
+                self._owned.discard(conn)
+            with contextlib.suppress(Exception):  # it is already broken; the pool makes anew
+                conn.invalidate()
+                conn.close()
+
     def dispose_after_fork(self) -> None:
         """Drop connections inherited from the parent process without closing them."""
+        # The parent's per-thread connections are kept referenced, never finalised here:
+        # finalising one would send a ROLLBACK down a socket the parent still uses.
+        _INHERITED.append((self._local, self._owned))
+        self._local = threading.local()
+        self._owned = set()
         self.engine.dispose(close=False)
 
     def close(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection, the threads' own ones included."""
+        with self._owned_lock:
+            owned, self._owned = self._owned, set()
+        for conn in owned:
+            with contextlib.suppress(Exception):  # at shutdown a broken one is gone anyway
+                conn.close()
+        self._local = threading.local()
         self.engine.dispose()
+
+
+#: Per-thread connection holders a forked child inherited: kept alive, never used.
+_INHERITED: list[tuple[threading.local, set[Connection]]] = []

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from domain.errors import ConcurrentUpdateError, DuplicateJobError
-from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, sources_of
+from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan
-from domain.ports import CancelOutcome
-from store.validation import check_job, check_job_id, check_plan, check_status
+from domain.ports import CancelOutcome, Claimed
+from domain.transitions import (
+    CLAIM,
+    PLAN_STATUS_FOR_JOB,
+    JobMove,
+    finish_move,
+    job_move,
+    phase_queue_move,
+)
+from store.validation import check_fresh_jobs, check_job, check_job_id, check_plan, check_status
+
+_UNDELIVERABLE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.queued)
 
 
 class _Shared:
@@ -22,6 +32,7 @@ class _Shared:
         self.lock = threading.RLock()
         self.depth = 0
         self.tables: list[dict[str, Any]] = []
+        self.plans: dict[str, Plan] | None = None  #: the plan store's rows, once it is made
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -112,36 +123,95 @@ class InMemoryJobStore:
             return sum(1 for j in self._rows.values() if j.status is status)
 
     # -- worker operations (each atomic under the lock, like one SQL statement) --------
-    def claim(self, job_id: str, worker_id: str, now: datetime) -> bool:
-        """CAS queued -> running unless a cancel was requested."""
+    def _follow(self, job: AsyncJob, move: JobMove, now: datetime) -> Plan | None:
+        """The plan CAS that goes with a job move; the plan as it now stands."""
+        plans = self._shared.plans
+        plan = None if plans is None else plans.get(job.plan_id)
+        if plans is None or plan is None:
+            return None
+        if plan.phase is job.phase and plan.status in move.plan_sources:
+            plan = plan.model_copy(
+                update={"status": move.plan_to, "version": plan.version + 1, "updated_at": now}
+            )
+            plans[plan.plan_id] = plan
+        return plan.model_copy()
+
+    def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
+        """Every plan into its phase and every job row, all or nothing."""
+        check_fresh_jobs(jobs)
         with self._shared.lock:
-            row = self._rows.get(job_id)
-            if row is None or row.status is not AsyncJobStatus.queued or row.cancel_requested_at:
-                return False
-            self._rows[job_id] = row.model_copy(
+            plans = self._shared.plans
+            allowed = phase_queue_move(jobs[0].phase).sources
+            current = [None if plans is None else plans.get(j.plan_id) for j in jobs]
+            if any(p is None or (p.phase, p.status) not in allowed for p in current):
+                return None
+            if any(j.job_id in self._rows for j in jobs):
+                raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200])
+            assert plans is not None
+            moved: list[Plan] = []
+            for job, plan in zip(jobs, current, strict=True):
+                assert plan is not None
+                new = plan.model_copy(
+                    update={
+                        "phase": job.phase,
+                        "status": PLAN_STATUS_FOR_JOB[AsyncJobStatus.queued],
+                        "version": plan.version + 1,
+                        "updated_at": now,
+                    }
+                )
+                plans[new.plan_id] = new
+                self._rows[job.job_id] = job.model_copy()
+                moved.append(new.model_copy())
+            return moved
+
+    def claim(
+        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False
+    ) -> Claimed | None:
+        """CAS queued -> running unless a cancel was requested; the plan with it."""
+        check_job_id(job_id)
+        with self._shared.lock:
+            row = self._rows.get(job_id.upper())
+            if row is None or row.status not in CLAIM.sources or row.cancel_requested_at:
+                return None
+            row = row.model_copy(
                 update={
-                    "status": AsyncJobStatus.running,
+                    "status": CLAIM.to,
                     "worker_id": worker_id,
                     "started_at": now,
                     "last_heartbeat": now,
                 }
             )
-            return True
+            self._rows[row.job_id] = row
+            plan = self._follow(row, CLAIM, now) if follow_plan else None
+            return Claimed(row.model_copy(), plan)
 
     def finish(
-        self, job_id: str, status: AsyncJobStatus, now: datetime, error: str | None = None
+        self,
+        job_id: str,
+        status: AsyncJobStatus,
+        now: datetime,
+        error: str | None = None,
+        *,
+        worker_id: str | None = None,
+        follow_plan: bool = False,
     ) -> bool:
-        """CAS running -> terminal."""
+        """CAS running (under worker_id, if given) -> terminal; the plan with it."""
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish needs a terminal status, got {status.value}")
+        move = finish_move(status)
         with self._shared.lock:
             row = self._rows.get(job_id)
-            if row is None or row.status not in sources_of(status) - {AsyncJobStatus.queued}:
+            if row is None or row.status not in move.sources:
+                return False
+            if worker_id is not None and row.worker_id != worker_id:
                 return False
             update: dict[str, Any] = {"status": status, "finished_at": now}
             if status is AsyncJobStatus.failed:
                 update["error_message"] = error
-            self._rows[job_id] = row.model_copy(update=update)
+            row = row.model_copy(update=update)
+            self._rows[job_id] = row
+            if follow_plan:
+                self._follow(row, move, now)
             return True
 
     def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
@@ -167,26 +237,40 @@ class InMemoryJobStore:
                 return CancelOutcome.requested
             return CancelOutcome.already_terminal
 
-    def heartbeat(self, job_ids: Iterable[str], now: datetime) -> set[str]:
-        """Stamp running rows; return those with a cancel request."""
-        requested: set[str] = set()
+    def _owned(self, job_id: str, worker_id: str | None) -> AsyncJob | None:
+        row = self._rows.get(job_id)
+        if row is None or row.status is not AsyncJobStatus.running:
+            return None
+        return row if worker_id is None or row.worker_id == worker_id else None
+
+    def heartbeat(
+        self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
+    ) -> set[str]:
+        """Stamp running rows; the ids to stop (cancel requested, or no longer ours)."""
+        stop: set[str] = set()
         with self._shared.lock:
             for job_id in job_ids:
-                row = self._rows.get(job_id)
-                if row is None or row.status is not AsyncJobStatus.running:
+                row = self._owned(job_id, worker_id)
+                if row is None:
+                    if worker_id is not None:
+                        stop.add(job_id)
                     continue
                 self._rows[job_id] = row.model_copy(update={"last_heartbeat": now})
                 if row.cancel_requested_at is not None:
-                    requested.add(job_id)
-        return requested
+                    stop.add(job_id)
+        return stop
 
     def save_progress(
-        self, job_id: str, progress: float | None, checkpoint_json: str | None
+        self,
+        job_id: str,
+        progress: float | None,
+        checkpoint_json: str | None,
+        worker_id: str | None = None,
     ) -> bool:
-        """Record progress/checkpoint on a running row."""
+        """Record progress/checkpoint on a running row (under worker_id, if given)."""
         with self._shared.lock:
-            row = self._rows.get(job_id)
-            if row is None or row.status is not AsyncJobStatus.running:
+            row = self._owned(job_id, worker_id)
+            if row is None:
                 return False
             update: dict[str, Any] = {"progress": progress}
             if checkpoint_json is not None:
@@ -225,10 +309,10 @@ class InMemoryJobStore:
         """CAS queued -> failed."""
         with self._shared.lock:
             row = self._rows.get(job_id)
-            if row is None or row.status is not AsyncJobStatus.queued:
+            if row is None or row.status not in _UNDELIVERABLE.sources:
                 return False
             self._rows[job_id] = row.model_copy(
-                update={"status": AsyncJobStatus.failed, "finished_at": now, "error_message": error}
+                update={"status": _UNDELIVERABLE.to, "finished_at": now, "error_message": error}
             )
             return True
 
@@ -244,16 +328,19 @@ class InMemoryJobStore:
                 del self._rows[job_id]
             return len(doomed)
 
-    def mark_dispatched(self, job_id: str, now: datetime) -> bool:
-        """Stamp a queued row as published."""
+    def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
+        """Stamp live rows as published; how many."""
+        stamped = 0
         with self._shared.lock:
-            row = self._rows.get(job_id)
-            if row is None or row.is_terminal:  # a fast worker may have claimed it already
-                return False
-            self._rows[job_id] = row.model_copy(
-                update={"dispatched_at": now, "dispatch_count": row.dispatch_count + 1}
-            )
-            return True
+            for job_id in job_ids:
+                row = self._rows.get(job_id)
+                if row is None or row.is_terminal:  # a fast worker may have claimed it already
+                    continue
+                self._rows[job_id] = row.model_copy(
+                    update={"dispatched_at": now, "dispatch_count": row.dispatch_count + 1}
+                )
+                stamped += 1
+        return stamped
 
     def list_dispatch_due(
         self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
@@ -280,6 +367,7 @@ class InMemoryPlanStore:
         self._shared = shared or _Shared()
         self._rows: dict[str, Plan] = {}
         self._shared.tables.append(self._rows)
+        self._shared.plans = self._rows
 
     def transaction(self) -> Any:
         """Hold the shared lock; on an exception the rows are restored."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -12,13 +12,36 @@ from sqlalchemy.exc import IntegrityError
 from domain.clock import as_utc
 from domain.errors import DuplicateJobError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from domain.ports import CancelOutcome, iter_batches
+from domain.plans import Plan
+from domain.ports import CancelOutcome, Claimed, iter_batches
+from domain.transitions import job_move
 from store.database import Database
 from store.models import AsyncJobModel
-from store.validation import check_job, check_job_id, check_status
+from store.sql_hot_path import (
+    pg_claim,
+    pg_finish,
+    pg_queue,
+    sqlite_claim,
+    sqlite_finish,
+    sqlite_queue,
+)
+from store.validation import check_fresh_jobs, check_job, check_job_id, check_status
+
+
+class _Refused(Exception):
+    """A plan of the batch refused its phase: roll the whole batch back."""
+
+
+def _values(statuses: frozenset[AsyncJobStatus]) -> list[str]:
+    return sorted(s.value for s in statuses)
+
 
 J = AsyncJobModel
 _TERMINAL = [s.value for s in TERMINAL_STATUSES]
+_LIVE = [s.value for s in AsyncJobStatus if s not in TERMINAL_STATUSES]
+_QUEUED, _RUNNING = AsyncJobStatus.queued.value, AsyncJobStatus.running.value
+_EXPIRE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.running)
+_UNDELIVERABLE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.queued)
 _FIELDS = [c.key for c in J.__table__.columns]
 _IN_CLAUSE_BATCH = 500
 
@@ -107,49 +130,75 @@ class SqlJobStore:
         with self.db.session() as s:
             return int(s.scalar(stmt) or 0)
 
+    # -- the hot path: one statement each on PostgreSQL (store/sql_hot_path.py) ----------
+    @property
+    def _pg(self) -> bool:
+        return self.db.dialect == "postgresql"
+
+    def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
+        """QUEUE: every plan into its phase and every job row, all or nothing."""
+        check_fresh_jobs(jobs)
+        if len(jobs) == 1 and self._pg:  # one statement is atomic by itself
+            with self.db.connection() as conn:
+                return pg_queue(conn, jobs, now) or None
+        try:
+            with self.db.transaction(), self.db.connection() as conn:
+                moved = pg_queue(conn, jobs, now) if self._pg else sqlite_queue(conn, jobs, now)
+                if moved is None or len(moved) != len(jobs):
+                    raise _Refused
+                return moved
+        except _Refused:
+            return None
+        except IntegrityError as exc:
+            raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200]) from exc
+
+    def claim(
+        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False
+    ) -> Claimed | None:
+        """CLAIM: queued -> running unless a cancel was requested; the plan with it."""
+        check_job_id(job_id)
+        with self.db.connection() as conn:
+            run = pg_claim if self._pg else sqlite_claim
+            return run(conn, job_id.upper(), worker_id, now, follow_plan)
+
+    def finish(
+        self,
+        job_id: str,
+        status: AsyncJobStatus,
+        now: datetime,
+        error: str | None = None,
+        *,
+        worker_id: str | None = None,
+        follow_plan: bool = False,
+    ) -> bool:
+        """FINISH: running (under worker_id, if given) -> terminal; the plan with it."""
+        if status not in TERMINAL_STATUSES:
+            raise ValueError(f"finish needs a terminal status, got {status.value}")
+        error = error if status is AsyncJobStatus.failed else None
+        with self.db.connection() as conn:
+            run = pg_finish if self._pg else sqlite_finish
+            return run(conn, job_id, status, now, error, worker_id, follow_plan)
+
     def _cas(self, *where: Any, **values: Any) -> bool:
         with self.db.session() as s:
             return bool(s.execute(update(J).where(*where).values(**values)).rowcount)  # type: ignore[attr-defined]
-
-    # -- worker operations ---------------------------------------------------------------
-    def claim(self, job_id: str, worker_id: str, now: datetime) -> bool:
-        """CLAIM: UPDATE … SET running WHERE queued AND no cancel requested."""
-        return self._cas(
-            J.job_id == job_id,
-            J.status == "queued",
-            J.cancel_requested_at.is_(None),
-            status="running",
-            worker_id=worker_id,
-            started_at=now,
-            last_heartbeat=now,
-        )
-
-    def finish(
-        self, job_id: str, status: AsyncJobStatus, now: datetime, error: str | None = None
-    ) -> bool:
-        """FINISH: UPDATE … SET <terminal> WHERE running."""
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"finish needs a terminal status, got {status.value}")
-        values: dict[str, Any] = {"status": status.value, "finished_at": now}
-        if status is AsyncJobStatus.failed:
-            values["error_message"] = error
-        return self._cas(J.job_id == job_id, J.status == "running", **values)
 
     def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """CANCEL: end a queued row, or stamp cancel_requested_at on a running one."""
         check_job_id(job_id)
         job_id = job_id.upper()
+        end = job_move(AsyncJobStatus.cancelled, from_status=AsyncJobStatus.queued)
         if self._cas(
             J.job_id == job_id,
-            J.status == "queued",
-            status="cancelled",
+            J.status.in_(_values(end.sources)),
+            status=end.to.value,
             finished_at=now,
             cancel_requested_at=now,
         ):
             return CancelOutcome.cancelled
         if self._cas(
             J.job_id == job_id,
-            J.status == "running",
+            J.status == _RUNNING,
             J.cancel_requested_at.is_(None),
             cancel_requested_at=now,
         ):
@@ -161,28 +210,44 @@ class SqlJobStore:
             return CancelOutcome.already_requested
         return CancelOutcome.already_terminal
 
-    def heartbeat(self, job_ids: Iterable[str], now: datetime) -> set[str]:
+    def heartbeat(
+        self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
+    ) -> set[str]:
         """HEARTBEAT: one UPDATE … RETURNING for all of a process's running jobs."""
-        requested: set[str] = set()
-        with self.db.session() as s:
+        stop: set[str] = set()
+        with self.db.connection() as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
+                where = [J.job_id.in_(batch), J.status == _RUNNING]
+                if worker_id is not None:
+                    where.append(J.worker_id == worker_id)
                 stmt = (
                     update(J)
-                    .where(J.job_id.in_(batch), J.status == "running")
+                    .where(*where)
                     .values(last_heartbeat=now)
                     .returning(J.job_id, J.cancel_requested_at)
                 )
-                requested.update(jid for jid, asked in s.execute(stmt) if asked is not None)
-        return requested
+                alive = conn.execute(stmt).all()
+                stop.update(jid for jid, asked in alive if asked is not None)
+                if worker_id is not None:  # fenced: the rest is no longer ours
+                    stop.update(set(batch) - {jid for jid, _ in alive})
+        return stop
 
     def save_progress(
-        self, job_id: str, progress: float | None, checkpoint_json: str | None
+        self,
+        job_id: str,
+        progress: float | None,
+        checkpoint_json: str | None,
+        worker_id: str | None = None,
     ) -> bool:
-        """PROGRESS: UPDATE progress (and checkpoint) WHERE running."""
+        """PROGRESS: UPDATE progress (and checkpoint) WHERE running (under worker_id)."""
         values: dict[str, Any] = {"progress": progress}
         if checkpoint_json is not None:
             values["checkpoint_json"] = checkpoint_json
-        return self._cas(J.job_id == job_id, J.status == "running", **values)
+        where = [J.job_id == job_id, J.status == _RUNNING]
+        if worker_id is not None:
+            where.append(J.worker_id == worker_id)
+        with self.db.connection() as conn:
+            return bool(conn.execute(update(J).where(*where).values(**values)).rowcount)
 
     def ledger_up_since(self) -> datetime | None:
         """PostgreSQL's start time: heartbeats could not be written before it."""
@@ -194,7 +259,7 @@ class SqlJobStore:
 
     def _stuck(self, cutoff: datetime) -> Any:
         return and_(
-            J.status == "running", or_(J.last_heartbeat.is_(None), J.last_heartbeat < cutoff)
+            J.status == _RUNNING, or_(J.last_heartbeat.is_(None), J.last_heartbeat < cutoff)
         )
 
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
@@ -206,7 +271,7 @@ class SqlJobStore:
         return self._cas(
             J.job_id == job_id,
             self._stuck(cutoff),
-            status="failed",
+            status=_EXPIRE.to.value,
             finished_at=now,
             error_message=error,
         )
@@ -215,8 +280,8 @@ class SqlJobStore:
         """UNDELIVERABLE: CAS queued -> failed."""
         return self._cas(
             J.job_id == job_id,
-            J.status == "queued",
-            status="failed",
+            J.status.in_(_values(_UNDELIVERABLE.sources)),
+            status=_UNDELIVERABLE.to.value,
             finished_at=now,
             error_message=error,
         )
@@ -241,21 +306,24 @@ class SqlJobStore:
             if deleted < batch_size:
                 return total
 
-    def mark_dispatched(self, job_id: str, now: datetime) -> bool:
-        """DISPATCHED: stamp a queued row and count the publish."""
-        return self._cas(
-            J.job_id == job_id,
-            J.status.in_(("queued", "running")),  # a fast worker may have claimed it already
-            dispatched_at=now,
-            dispatch_count=J.dispatch_count + 1,
-        )
+    def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
+        """DISPATCHED: stamp live rows and count the publish (one statement per batch)."""
+        stamped = 0
+        with self.db.connection() as conn:
+            for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
+                stamped += conn.execute(
+                    update(J)
+                    .where(J.job_id.in_(batch), J.status.in_(_LIVE))
+                    .values(dispatched_at=now, dispatch_count=J.dispatch_count + 1)
+                ).rowcount
+        return stamped
 
     def list_dispatch_due(
         self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
     ) -> list[AsyncJob]:
         """RELAY: queued rows never published, or published so long ago the message may be lost."""
         return self._select(
-            J.status == "queued",
+            J.status == _QUEUED,
             J.cancel_requested_at.is_(None),
             or_(
                 and_(J.dispatched_at.is_(None), J.created_at < never_sent_before),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.plans import Plan
 
@@ -28,3 +30,19 @@ def check_status(status: object) -> None:
     """TypeError unless status is an AsyncJobStatus."""
     if not isinstance(status, AsyncJobStatus):
         raise TypeError(f"status must be an AsyncJobStatus, got {type(status).__name__}")
+
+
+def check_fresh_jobs(jobs: Sequence[object]) -> None:
+    """ValueError unless jobs are new queued first attempts of one phase, one per plan."""
+    if not jobs:
+        raise ValueError("nothing to queue: no jobs given")
+    for job in jobs:
+        check_job(job)
+    typed = [j for j in jobs if isinstance(j, AsyncJob)]
+    if len({j.phase for j in typed}) != 1:
+        raise ValueError("one queue call queues one phase")
+    if len({j.plan_id for j in typed}) != len(typed):
+        raise ValueError("a plan can be queued once per call")
+    for job in typed:
+        if job.status is not AsyncJobStatus.queued or job.attempt != 1 or job.retry_of:
+            raise ValueError(f"job {job.job_id} is not a new first attempt")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -25,8 +25,8 @@ from tasks.tracker import WORKER_SHUTDOWN, JobTracker
 
 logger = logging.getLogger("planq.worker")
 
-#: Publishes a job's message (set by the Celery wiring; None in pure-engine use).
-Publish = Callable[[AsyncJob], None]
+#: Publishes jobs' messages (set by the Celery wiring; None in pure-engine use).
+Publish = Callable[[Sequence[AsyncJob]], None]
 
 
 class PickupResult(StrEnum):
@@ -50,8 +50,13 @@ class Outcome:
 
 
 def default_worker_id() -> str:
-    """worker-<host>-<pid>: names the process that holds a job."""
-    return f"worker-{socket.gethostname()}-{os.getpid()}"
+    """worker-<host>-<pid>: names the process that holds a job (its claims are fenced by it)."""
+    return worker_id_for(os.getpid())
+
+
+def worker_id_for(pid: int) -> str:
+    """The worker id a process of this host with this pid claims jobs under."""
+    return f"worker-{socket.gethostname()}-{pid}"
 
 
 class AsyncWorker:
@@ -83,7 +88,9 @@ class AsyncWorker:
         self.app = app
         self.worker_id = worker_id or default_worker_id()
         self.health = WorkerHealthReport(self.worker_id)
-        self.tracker = JobTracker(self.ledger.heartbeat, config.heartbeat_interval)
+        self.tracker = JobTracker(
+            lambda ids: self.ledger.heartbeat(ids, self.worker_id), config.heartbeat_interval
+        )
         self._embedded: Any = None
 
     # -- one job ---------------------------------------------------------------------
@@ -94,9 +101,13 @@ class AsyncWorker:
         return self.run_job(job.job_id)
 
     def run_job(self, job_id: str) -> PickupResult:
-        """The Celery task body: claim by id (no read first), run, finish."""
+        """The Celery task body: claim by id (no read first), run, finish.
+
+        Two ledger round trips on PostgreSQL: the claim moves the job and its plan and
+        returns both; the finish ends the job and moves the plan. Each rides out an outage.
+        """
         claimed = ride_out_outage(
-            lambda: self.ledger.claim_with_plan(job_id, self.worker_id), f"claim {job_id}"
+            lambda: self.ledger.claim(job_id, self.worker_id), f"claim {job_id}"
         )
         if claimed is None:
             logger.info(
@@ -110,11 +121,11 @@ class AsyncWorker:
         finally:
             self.tracker.untrack(job.job_id)
         wrote = ride_out_outage(
-            lambda: self.ledger.finish(job, outcome.status, outcome.error),
+            lambda: self.ledger.finish(job, outcome.status, outcome.error, self.worker_id),
             f"finish {job.job_id}",
         )
         if not wrote:
-            logger.info("job %s: already terminal; nothing written", job.job_id)
+            logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return PickupResult.finished_elsewhere
         self._count(outcome.result)
         self._observe(job, outcome.status)
@@ -152,7 +163,7 @@ class AsyncWorker:
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
         ride_out_outage(
-            lambda: self.job_store.save_progress(job_id, progress, checkpoint),
+            lambda: self.job_store.save_progress(job_id, progress, checkpoint, self.worker_id),
             f"progress {job_id}",
         )
 
@@ -183,7 +194,7 @@ class AsyncWorker:
             return None
         new = self.ledger.retry(stored)
         if new is not None and self.publish is not None:
-            self.publish(new)
+            self.publish([new])
         return new
 
     # -- operator actions --------------------------------------------------------------
@@ -223,15 +234,16 @@ class AsyncWorker:
         if self.publish is None:
             return []
         grace = self.config.dispatch_grace if unsent_grace is None else unsent_grace
-        sent: list[str] = []
+        due: list[AsyncJob] = []
         for job in self.ledger.dispatch_due(grace, self.config.dispatch_grace):
             if job.dispatch_count >= self.config.max_dispatches:
                 self.ledger.fail_undeliverable(job, job.dispatch_count)
                 continue
-            self.publish(job)
-            sent.append(job.job_id)
-        metrics.relayed(len(sent))
-        return sent
+            due.append(job)
+        if due:
+            self.publish(due)
+        metrics.relayed(len(due))
+        return [job.job_id for job in due]
 
     def health_report(self) -> dict[str, Any]:
         """Counters, identity and configuration, for operators."""

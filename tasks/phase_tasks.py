@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, Task
 from celery.result import AsyncResult
 
+from domain.ids import is_ulid
 from domain.jobs import AsyncJob
 from domain.plans import PlanPhase
+from tasks.engine import PickupResult
 from tasks.runtime import runtime_for
+
+logger = logging.getLogger("planq.tasks")
 
 
 class PhaseTask(Task):  # type: ignore[misc]
@@ -24,15 +30,32 @@ class PhaseTask(Task):  # type: ignore[misc]
     def apply_async(
         self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> AsyncResult | None:
-        """Producer path: validate and record the job, then publish. Internal: just send."""
+        """Producer path: validate and record the job in one statement, then publish.
+
+        The only thing a producer passes is a plan id: a message for a job is sent by
+        planq itself (publish_job) once its row is committed, never from here.
+        """
         kwargs = dict(kwargs or {})
-        if "job_id" in kwargs:
-            return super().apply_async(args, kwargs, **options)
+        extra = set(kwargs) - {"plan_id"}
+        if extra or (args and len(args) != 1) or (args and "plan_id" in kwargs):
+            raise TypeError(
+                f"{self.name} takes one argument, plan_id (got args={len(args or ())}, "
+                f"kwargs={sorted(kwargs)}); jobs are published by planq from their ledger row"
+            )
         plan_id = args[0] if args else kwargs.get("plan_id")
         queued = runtime_for(self.app).lifecycle.queue_phase(plan_id, self.phase)
         return None if queued.job is None else self.AsyncResult(queued.job.job_id)
 
-    def publish_job(self, job: AsyncJob) -> None:
+    def delay_many(self, plan_ids: Sequence[str]) -> list[str]:
+        """Queue this phase for many plans: one transaction, then every message; the job ids.
+
+        All or nothing: a bad id, a missing plan or a plan not ready raises its typed error
+        with nothing written and nothing published.
+        """
+        queued = runtime_for(self.app).lifecycle.queue_phases(plan_ids, self.phase)
+        return [q.job.job_id for q in queued if q.job is not None]
+
+    def publish_job(self, job: AsyncJob, producer: Any = None) -> None:
         """Send the message for a committed row; task id = job id, args redacted for Flower."""
         kwargs = {"job_id": job.job_id, "plan_id": job.plan_id}
         redactor = runtime_for(self.app).redactor
@@ -42,10 +65,17 @@ class PhaseTask(Task):  # type: ignore[misc]
             task_id=job.job_id,
             argsrepr="()",
             kwargsrepr=redactor(repr(kwargs)),
+            producer=producer,
         )
 
-    def run(self, job_id: str, plan_id: str | None = None) -> str:
-        """Claim and run the job (a second delivery finds it claimed and drops it)."""
+    def run(self, job_id: Any = None, plan_id: Any = None, **_: Any) -> str:
+        """Claim and run the job (a second delivery finds it claimed and drops it).
+
+        A message that names no job of the ledger (crafted, or its row purged) runs nothing.
+        """
+        if not is_ulid(job_id):
+            logger.warning("%s: message without a valid job id (%r): dropped", self.name, job_id)
+            return PickupResult.skipped.value
         return runtime_for(self.app).worker.run_job(job_id).value
 
 

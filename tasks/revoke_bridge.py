@@ -22,6 +22,7 @@ from celery.worker import state as worker_state
 
 from domain.jobs import AsyncJobStatus
 from tasks import metrics
+from tasks.engine import worker_id_for
 from tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.revoke")
@@ -67,14 +68,18 @@ def planq_revoke(
     job_ids = [str(i).upper() for i in (maybe_list(task_id) or [])]
     bridge_revoke(state, job_ids)
     can_terminate = terminate and _pool_can_terminate(state)
+    # Only the node whose child runs the job terminates it, so only that node may end the
+    # row, and only as that child's claim: every other node leaves it to the job's owner.
+    hosted = {job_id: _child_pids(job_id) for job_id in job_ids} if can_terminate else {}
     original = getattr(planq_revoke, _ORIGINAL)
     reply = original(state, task_id, terminate=can_terminate, signal=signal, **kwargs)
-    if can_terminate:
-        runtime = runtime_for(state.app)
-        for job_id in job_ids:
-            job = runtime.jobs.get(job_id)
-            if job is not None and job.status is AsyncJobStatus.running:
-                runtime.worker.ledger.finish(job, AsyncJobStatus.cancelled)
+    ledger = runtime_for(state.app).worker.ledger
+    for job_id, pids in hosted.items():
+        job = ledger.jobs.get(job_id) if pids else None
+        for pid in pids if job is not None else []:
+            assert job is not None
+            if ledger.finish(job, AsyncJobStatus.cancelled, worker_id=worker_id_for(pid)):
+                logger.info("revoke %s: terminated in child %d; row cancelled", job_id, pid)
     return reply
 
 

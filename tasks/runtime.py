@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -15,6 +16,7 @@ from domain.lifecycle import PlanLifecycleService
 from domain.redaction import Redactor
 from store import Database, SqlRunStoreProvider, sql_ledger
 from store.migrate import upgrade
+from tasks.dispatch_stamps import DispatchStamps
 from tasks.engine import AsyncWorker
 from tasks.executors import ExecutorRegistry
 
@@ -50,6 +52,7 @@ class Runtime:
         self.worker = AsyncWorker(
             config.worker, self.jobs, self.executors, self.plans, publish=self.publish, app=app
         )
+        self.stamps = DispatchStamps(self.worker.ledger.mark_dispatched)
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish
         )
@@ -59,11 +62,18 @@ class Runtime:
         """Recoverable runs on this process's ledger (built on first use, same Database)."""
         return SqlRunStoreProvider(self.db)
 
-    def publish(self, job: AsyncJob) -> None:
-        """Send the job's message (task id = job id), then stamp the row as dispatched."""
-        task = self.app.tasks[f"planq.{job.phase.value}_plan"]
-        task.publish_job(job)
-        self.worker.ledger.mark_dispatched(job.job_id)
+    def publish(self, jobs: Sequence[AsyncJob]) -> None:
+        """Send the jobs' messages (task id = job id) on one producer; stamp them in batch."""
+        if len(jobs) == 1:
+            self._task(jobs[0]).publish_job(jobs[0])
+        else:
+            with self.app.producer_or_acquire() as producer:
+                for job in jobs:
+                    self._task(job).publish_job(job, producer=producer)
+        self.stamps.add(job.job_id for job in jobs)
+
+    def _task(self, job: AsyncJob) -> Any:
+        return self.app.tasks[f"planq.{job.phase.value}_plan"]
 
     def dispose_after_fork(self) -> None:
         """Forget the parent's pooled connections (never close them: the parent uses them)."""
@@ -97,5 +107,6 @@ def reset_runtime(app: Any) -> None:
     with _lock:
         runtime = _runtimes.pop(id(app), None)
     if runtime is not None:
+        runtime.stamps.close()
         runtime.worker.tracker.close()
         runtime.db.close()

@@ -223,7 +223,7 @@ def test_retry_policy_queues_a_new_attempt_with_the_checkpoint(
         jobs,
         fail_after_checkpoint,
         plans,
-        publish=published.append,
+        publish=published.extend,
     )
     assert engine.pickup_and_execute(job) is PickupResult.failed
     assert len(published) == 1

@@ -75,7 +75,7 @@ class Ledger:
         assert claimed is not None
         if heartbeat_age:
             self.jobs.heartbeat([job.job_id], utcnow() - timedelta(seconds=heartbeat_age))
-        return claimed
+        return claimed.job
 
     def ended(self, status: AsyncJobStatus, finished_ago: float = 0.0) -> AsyncJob:
         job = self.running()

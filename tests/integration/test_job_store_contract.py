@@ -84,12 +84,12 @@ def test_listing_and_counts(jobs: JobStore) -> None:
 def test_claim_is_compare_and_set(jobs: JobStore) -> None:
     job = make_job()
     jobs.add(job)
-    assert jobs.claim(job.job_id, "worker-a", utcnow()) is True
-    assert jobs.claim(job.job_id, "worker-b", utcnow()) is False
+    assert jobs.claim(job.job_id, "worker-a", utcnow()) is not None
+    assert jobs.claim(job.job_id, "worker-b", utcnow()) is None
     stored = jobs.get(job.job_id)
     assert stored is not None
     assert stored.worker_id == "worker-a" and stored.started_at and stored.last_heartbeat
-    assert jobs.claim(new_id(), "worker-a", utcnow()) is False
+    assert jobs.claim(new_id(), "worker-a", utcnow()) is None
 
 
 def test_concurrent_claims_have_one_winner(jobs: JobStore) -> None:
@@ -143,7 +143,7 @@ def test_cancel_outcomes(jobs: JobStore) -> None:
     jobs.finish(done.job_id, AsyncJobStatus.succeeded, utcnow())
 
     assert jobs.cancel(queued.job_id, utcnow()) is CancelOutcome.cancelled
-    assert jobs.claim(queued.job_id, "w", utcnow()) is False
+    assert jobs.claim(queued.job_id, "w", utcnow()) is None
     assert jobs.cancel(running.job_id, utcnow()) is CancelOutcome.requested
     assert jobs.cancel(running.job_id, utcnow()) is CancelOutcome.already_requested
     assert jobs.cancel(done.job_id, utcnow()) is CancelOutcome.already_terminal
@@ -239,16 +239,16 @@ def test_dispatch_bookkeeping(jobs: JobStore) -> None:
     sent_long_ago = make_job(created_at=now - timedelta(minutes=5))
     for job in (never, young, sent_long_ago):
         jobs.add(job)
-    assert jobs.mark_dispatched(sent_long_ago.job_id, now - timedelta(minutes=4)) is True
+    assert jobs.mark_dispatched([sent_long_ago.job_id], now - timedelta(minutes=4)) == 1
     cutoff = now - timedelta(minutes=1)
     due = [j.job_id for j in jobs.list_dispatch_due(cutoff, cutoff)]
     assert due == [never.job_id, sent_long_ago.job_id]
-    assert jobs.mark_dispatched(never.job_id, now) is True
+    assert jobs.mark_dispatched([never.job_id], now) == 1
     stored = jobs.get(never.job_id)
     assert stored is not None and stored.dispatch_count == 1 and stored.dispatched_at == now
     assert [j.job_id for j in jobs.list_dispatch_due(cutoff, cutoff)] == [sent_long_ago.job_id]
     assert jobs.fail_queued(sent_long_ago.job_id, now, "never picked up") is True
-    assert jobs.mark_dispatched(sent_long_ago.job_id, now) is False
+    assert jobs.mark_dispatched([sent_long_ago.job_id], now) == 0
     assert jobs.list_dispatch_due(cutoff, cutoff) == []
 
 

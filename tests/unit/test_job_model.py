@@ -22,6 +22,7 @@ EXPECTED_ALLOWED = frozenset(
     {
         (S.queued, S.running),
         (S.queued, S.cancelled),
+        (S.queued, S.failed),  # planq's one addition: never picked up (docs/architecture.md)
         (S.running, S.succeeded),
         (S.running, S.failed),
         (S.running, S.cancelled),
@@ -365,12 +366,11 @@ def test_mark_failed_redacts_a_secret_past_the_length_bound() -> None:
     assert "hunter2" not in job.error_message
 
 
-def test_mark_failed_from_queued_is_refused() -> None:
+def test_mark_failed_from_queued_is_a_job_never_picked_up() -> None:
     job = make_job()
-    with pytest.raises(InvalidJobTransitionError):
-        job.mark_failed("boom")
-    assert job.status is S.queued
-    assert job.error_message is None
+    job.mark_failed("never picked up after 5 dispatches")
+    assert job.status is S.failed and job.finished_at is not None
+    assert job.error_message == "never picked up after 5 dispatches"
 
 
 @pytest.mark.parametrize("start", [S.queued, S.running])

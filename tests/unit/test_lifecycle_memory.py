@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -59,7 +60,7 @@ class World:
 def world() -> World:
     job_store, plan_store = in_memory_ledger()
     enqueued: list[AsyncJob] = []
-    service = PlanLifecycleService(plan_store, job_store, enqueue=enqueued.append)
+    service = PlanLifecycleService(plan_store, job_store, enqueue=enqueued.extend)
     return World(job_store, plan_store, service, JobLedger(job_store, plan_store), enqueued)
 
 
@@ -123,7 +124,7 @@ def test_disabled_config_moves_the_plan_without_a_job() -> None:
     job_store, plan_store = in_memory_ledger()
     enqueued: list[AsyncJob] = []
     service = PlanLifecycleService(
-        plan_store, job_store, config=AsyncWorkerConfig(enabled=False), enqueue=enqueued.append
+        plan_store, job_store, config=AsyncWorkerConfig(enabled=False), enqueue=enqueued.extend
     )
     plan = Plan(phase=PlanPhase.strategize, status=PlanStatus.complete)
     plan_store.add(plan)
@@ -140,7 +141,7 @@ def test_disabled_config_moves_the_plan_without_a_job() -> None:
 def test_no_job_store_moves_the_plan_without_a_job() -> None:
     _, plan_store = in_memory_ledger()
     enqueued: list[AsyncJob] = []
-    service = PlanLifecycleService(plan_store, None, enqueue=enqueued.append)
+    service = PlanLifecycleService(plan_store, None, enqueue=enqueued.extend)
     plan = Plan(phase=PlanPhase.strategize, status=PlanStatus.complete)
     plan_store.add(plan)
     result = service.execute_plan(plan.plan_id)
@@ -215,8 +216,8 @@ def test_a_failed_or_cancelled_execute_can_be_queued_again(
 def test_enqueue_runs_after_the_row_is_stored(world: World) -> None:
     seen: list[tuple[AsyncJob | None, Plan | None]] = []
 
-    def enqueue(job: AsyncJob) -> None:
-        seen.append((world.jobs.get(job.job_id), world.plans.get(job.plan_id)))
+    def enqueue(jobs: Sequence[AsyncJob]) -> None:
+        seen.extend((world.jobs.get(j.job_id), world.plans.get(j.plan_id)) for j in jobs)
 
     service = PlanLifecycleService(world.plans, world.jobs, enqueue=enqueue)
     plan = world.add_plan(PlanPhase.strategize, PlanStatus.complete)
@@ -234,8 +235,8 @@ def test_enqueue_runs_after_the_row_is_stored(world: World) -> None:
 def test_a_failing_enqueue_leaves_the_row_and_plan_queued(world: World) -> None:
     calls: list[str] = []
 
-    def broken_enqueue(job: AsyncJob) -> None:
-        calls.append(job.job_id)
+    def broken_enqueue(jobs: Sequence[AsyncJob]) -> None:
+        calls.extend(j.job_id for j in jobs)
         raise ConnectionError("broker down")
 
     service = PlanLifecycleService(world.plans, world.jobs, enqueue=broken_enqueue)
@@ -255,10 +256,10 @@ def test_a_failing_job_insert_rolls_the_plan_back(
 ) -> None:
     plan = world.add_plan(PlanPhase.strategize, PlanStatus.complete)
 
-    def refuse(job: AsyncJob) -> None:
+    def refuse(jobs: Sequence[AsyncJob], now: object) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(world.jobs, "add", refuse)
+    monkeypatch.setattr(world.jobs, "queue", refuse)
     with pytest.raises(RuntimeError, match="disk full"):
         world.service.execute_plan(plan.plan_id)
     stored = world.plan(plan.plan_id)
@@ -273,8 +274,9 @@ def test_a_failing_job_insert_rolls_the_plan_back(
 
 def test_claim_moves_the_plan_to_running(world: World) -> None:
     plan, job = world.queued_execute_job()
-    claimed = world.ledger.claim(job.job_id, "w1")
-    assert claimed is not None
+    claim = world.ledger.claim(job.job_id, "w1")
+    assert claim is not None
+    claimed = claim.job
     assert claimed.job_id == job.job_id
     assert claimed.status is AsyncJobStatus.running
     assert claimed.worker_id == "w1"
@@ -296,8 +298,9 @@ def test_claim_of_an_unknown_job_is_none(world: World) -> None:
 
 def test_finish_succeeded_completes_the_plan(world: World) -> None:
     plan, job = world.queued_execute_job()
-    claimed = world.ledger.claim(job.job_id, "w1")
-    assert claimed is not None
+    claim = world.ledger.claim(job.job_id, "w1")
+    assert claim is not None
+    claimed = claim.job
     assert world.ledger.finish(claimed, AsyncJobStatus.succeeded) is True
     row = world.job(job.job_id)
     assert row.status is AsyncJobStatus.succeeded
@@ -312,8 +315,9 @@ def test_finish_succeeded_completes_the_plan(world: World) -> None:
 
 def test_finish_failed_fails_the_plan_with_a_redacted_error(world: World) -> None:
     plan, job = world.queued_execute_job()
-    claimed = world.ledger.claim(job.job_id, "w1")
-    assert claimed is not None
+    claim = world.ledger.claim(job.job_id, "w1")
+    assert claim is not None
+    claimed = claim.job
     assert world.ledger.finish(claimed, AsyncJobStatus.failed, f"connect failed password={SECRET}")
     row = world.job(job.job_id)
     assert row.status is AsyncJobStatus.failed
@@ -378,8 +382,9 @@ def test_heartbeat_with_no_ids_is_empty(world: World) -> None:
 
 def test_retry_creates_a_new_attempt_once(world: World) -> None:
     plan, job = world.queued_execute_job()
-    claimed = world.ledger.claim(job.job_id, "w1")
-    assert claimed is not None
+    claim = world.ledger.claim(job.job_id, "w1")
+    assert claim is not None
+    claimed = claim.job
     world.ledger.finish(claimed, AsyncJobStatus.failed, "boom")
     failed = world.job(job.job_id)
     assert world.plan(plan.plan_id).label == "Execute/FAILED"
@@ -414,7 +419,7 @@ def test_expire_stuck_fails_a_job_with_an_old_heartbeat(world: World) -> None:
     fresh_plan, fresh = world.queued_execute_job()
     assert world.ledger.claim(job.job_id, "w1") is not None
     assert world.ledger.claim(fresh.job_id, "w2") is not None
-    world.ledger.heartbeat([job.job_id], now=utcnow() - timedelta(hours=1))
+    world.jobs.heartbeat([job.job_id], utcnow() - timedelta(hours=1))
 
     expired = world.ledger.expire_stuck(job_timeout=60.0)
     assert [j.job_id for j in expired] == [job.job_id]
@@ -432,7 +437,7 @@ def test_expire_stuck_fails_a_job_with_an_old_heartbeat(world: World) -> None:
 def test_expire_stuck_with_a_tiny_timeout(world: World) -> None:
     plan, job = world.queued_execute_job()
     assert world.ledger.claim(job.job_id, "w1") is not None
-    world.ledger.heartbeat([job.job_id], now=utcnow() - timedelta(seconds=5))
+    world.jobs.heartbeat([job.job_id], utcnow() - timedelta(seconds=5))
     expired = world.ledger.expire_stuck(job_timeout=0.001)
     assert [j.job_id for j in expired] == [job.job_id]
     assert world.job(job.job_id).status is AsyncJobStatus.failed
@@ -451,8 +456,8 @@ def test_ledger_without_a_plan_store_still_moves_jobs() -> None:
     job = AsyncJob(plan_id=new_id(), phase=PlanPhase.execute)
     job_store.add(job)
     claimed = ledger.claim(job.job_id, "w1")
-    assert claimed is not None
-    assert ledger.finish(claimed, AsyncJobStatus.succeeded)
+    assert claimed is not None and claimed.plan is None
+    assert ledger.finish(claimed.job, AsyncJobStatus.succeeded)
     row = job_store.get(job.job_id)
     assert row is not None
     assert row.status is AsyncJobStatus.succeeded
