@@ -6,46 +6,92 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from domain.errors import ConfigurationError
+
+#: The heartbeat interval when neither it nor a short job_timeout says otherwise.
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
+#: A derived heartbeat interval leaves this many beats inside one job_timeout.
+HEARTBEATS_PER_TIMEOUT = 3
+
 
 def _positive(name: str, value: object, *, integer: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number, got {value!r}")
     if integer and not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer, got {value!r}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number greater than 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a finite number greater than 0, got {value!r}")
 
 
-@dataclass(frozen=True, slots=True)
+def derive_heartbeat_interval(job_timeout: float) -> float:
+    """The heartbeat interval for a job_timeout: the default, or a third of a short timeout."""
+    return min(DEFAULT_HEARTBEAT_INTERVAL, job_timeout / HEARTBEATS_PER_TIMEOUT)
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class AsyncWorkerConfig:
-    """How jobs are run, watched and kept; every number is validated at construction."""
+    """How jobs are run, watched and kept; every number is validated at construction.
 
-    enabled: bool = True
-    max_workers: int = 4
-    poll_interval: float = 1.0
-    job_timeout: float = 300.0
-    job_ttl: float = 7 * 24 * 3600.0
-    heartbeat_interval: float = 5.0
-    max_attempts: int = 1
-    dispatch_grace: float = 60.0
-    max_dispatches: int = 5
+    heartbeat_interval, when not given (or None), is derived from job_timeout
+    (`derive_heartbeat_interval`), so a default never contradicts a valid job_timeout;
+    an explicit pair with heartbeat_interval >= job_timeout is a ConfigurationError.
+    Every invalid value raises ConfigurationError (a ValueError); a non-bool enabled,
+    TypeError.
+    """
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise TypeError(f"enabled must be a bool, got {type(self.enabled).__name__}")
-        _positive("max_workers", self.max_workers, integer=True)
-        _positive("poll_interval", self.poll_interval)
-        _positive("job_timeout", self.job_timeout)
-        _positive("job_ttl", self.job_ttl)
-        _positive("heartbeat_interval", self.heartbeat_interval)
-        _positive("max_attempts", self.max_attempts, integer=True)
-        _positive("dispatch_grace", self.dispatch_grace)
-        _positive("max_dispatches", self.max_dispatches, integer=True)
-        if self.heartbeat_interval >= self.job_timeout:
-            raise ValueError(
-                f"heartbeat_interval ({self.heartbeat_interval}) must be below "
-                f"job_timeout ({self.job_timeout}), or every job looks stuck"
-            )
+    enabled: bool
+    max_workers: int
+    poll_interval: float
+    job_timeout: float
+    job_ttl: float
+    heartbeat_interval: float
+    max_attempts: int
+    dispatch_grace: float
+    max_dispatches: int
+
+    def __init__(
+        self,
+        enabled: bool = True,
+        max_workers: int = 4,
+        poll_interval: float = 1.0,
+        job_timeout: float = 300.0,
+        job_ttl: float = 7 * 24 * 3600.0,
+        heartbeat_interval: float | None = None,
+        max_attempts: int = 1,
+        dispatch_grace: float = 60.0,
+        max_dispatches: int = 5,
+    ) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        _positive("max_workers", max_workers, integer=True)
+        _positive("poll_interval", poll_interval)
+        _positive("job_timeout", job_timeout)
+        _positive("job_ttl", job_ttl)
+        if heartbeat_interval is None:
+            heartbeat_interval = derive_heartbeat_interval(job_timeout)
+        else:
+            _positive("heartbeat_interval", heartbeat_interval)
+            if heartbeat_interval >= job_timeout:
+                raise ConfigurationError(
+                    f"heartbeat_interval ({heartbeat_interval}) must be below "
+                    f"job_timeout ({job_timeout}), or every job looks stuck"
+                )
+        _positive("max_attempts", max_attempts, integer=True)
+        _positive("dispatch_grace", dispatch_grace)
+        _positive("max_dispatches", max_dispatches, integer=True)
+        values = {
+            "enabled": enabled,
+            "max_workers": max_workers,
+            "poll_interval": poll_interval,
+            "job_timeout": job_timeout,
+            "job_ttl": job_ttl,
+            "heartbeat_interval": heartbeat_interval,
+            "max_attempts": max_attempts,
+            "dispatch_grace": dispatch_grace,
+            "max_dispatches": max_dispatches,
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
 
     def as_dict(self) -> dict[str, Any]:
         """The values, for health reports."""

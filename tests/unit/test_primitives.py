@@ -10,9 +10,10 @@ from datetime import datetime, timedelta
 import pytest
 
 from domain.cancellation import CancellationToken
-from domain.config import AsyncWorkerConfig
+from domain.config import AsyncWorkerConfig, derive_heartbeat_interval
 from domain.errors import (
     ConcurrentUpdateError,
+    ConfigurationError,
     InvalidIdError,
     LedgerUnavailableError,
     PlanNotFoundError,
@@ -246,10 +247,18 @@ def test_config_numbers_must_be_positive(name: str, value: float) -> None:
         AsyncWorkerConfig(**{name: value})  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("value", [True, "3", None])
-@pytest.mark.parametrize("name", NUMERIC_FIELDS)
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        (name, value)
+        for name in NUMERIC_FIELDS
+        for value in (True, "3", None)
+        # None is heartbeat_interval's "not given": derived from job_timeout (tested below)
+        if not (name == "heartbeat_interval" and value is None)
+    ],
+)
 def test_config_numbers_must_be_numbers(name: str, value: object) -> None:
-    with pytest.raises(ValueError, match=name):
+    with pytest.raises(ConfigurationError, match=name):
         AsyncWorkerConfig(**{name: value})  # type: ignore[arg-type]
 
 
@@ -268,6 +277,59 @@ def test_config_heartbeat_must_be_below_job_timeout(heartbeat: float, timeout: f
 def test_config_accepts_small_positive_values() -> None:
     config = AsyncWorkerConfig(heartbeat_interval=0.01, job_timeout=0.02, poll_interval=0.001)
     assert (config.heartbeat_interval, config.job_timeout) == (0.01, 0.02)
+
+
+# Scenario (async_jobs.feature): "an async worker is initialised with job_timeout 1".
+def test_config_with_job_timeout_1_derives_a_heartbeat_below_it() -> None:
+    config = AsyncWorkerConfig(job_timeout=1)
+    assert config.job_timeout == 1
+    assert 0 < config.heartbeat_interval < config.job_timeout
+    assert config.heartbeat_interval == pytest.approx(1 / 3)
+    assert config.as_dict()["heartbeat_interval"] == config.heartbeat_interval
+
+
+@pytest.mark.parametrize(
+    ("timeout", "heartbeat"),
+    [(300.0, 5.0), (15.0, 5.0), (12.0, 4.0), (1.0, 1 / 3), (0.02, 0.02 / 3)],
+)
+def test_config_heartbeat_not_given_is_derived_from_job_timeout(
+    timeout: float, heartbeat: float
+) -> None:
+    assert derive_heartbeat_interval(timeout) == pytest.approx(heartbeat)
+    for config in (
+        AsyncWorkerConfig(job_timeout=timeout),
+        AsyncWorkerConfig(job_timeout=timeout, heartbeat_interval=None),
+    ):
+        assert config.heartbeat_interval == pytest.approx(heartbeat)
+        assert config.heartbeat_interval < config.job_timeout
+
+
+def test_config_explicit_contradictory_pair_is_a_typed_error() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"heartbeat_interval \(5.0\) must be below job_timeout \(1\)"
+    ):
+        AsyncWorkerConfig(job_timeout=1, heartbeat_interval=5.0)
+    assert issubclass(ConfigurationError, ValueError) and issubclass(ConfigurationError, PlanqError)
+
+
+def test_config_explicit_heartbeat_is_kept() -> None:
+    assert AsyncWorkerConfig(job_timeout=1, heartbeat_interval=0.9).heartbeat_interval == 0.9
+    assert AsyncWorkerConfig(heartbeat_interval=7.0).heartbeat_interval == 7.0
+
+
+def test_config_invalid_job_timeout_is_refused_before_any_derivation() -> None:
+    with pytest.raises(ConfigurationError, match="job_timeout"):
+        AsyncWorkerConfig(job_timeout=0)
+    with pytest.raises(ConfigurationError, match="job_timeout"):
+        AsyncWorkerConfig(job_timeout="1")  # type: ignore[arg-type]
+
+
+def test_config_replace_and_equality_still_work() -> None:
+    config = AsyncWorkerConfig(job_timeout=1)
+    assert config == AsyncWorkerConfig(job_timeout=1)
+    assert (
+        dataclasses.replace(config, max_workers=2).heartbeat_interval == config.heartbeat_interval
+    )
 
 
 # -- ids ------------------------------------------------------------------------------------
