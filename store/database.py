@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -88,8 +86,21 @@ def as_outage(exc: DBAPIError) -> LedgerUnavailableError:
     return LedgerUnavailableError(redact_secrets(reason.strip().splitlines()[0][:300]))
 
 
+def make_hot_engine(url: str, **kwargs: Any) -> Engine:
+    """PostgreSQL's hot-path engine: autocommit, and no pre-ping (a round trip per checkout).
+
+    A hot statement is atomic by itself, so it needs no BEGIN/COMMIT. A pooled connection
+    that died with a server restart fails one statement; SQLAlchemy then invalidates the
+    whole pool, and the caller rides the failure out (`domain.outage`). Everything else
+    (operator reads, multi-statement transactions) keeps the pre-pinged engine.
+    """
+    kwargs.setdefault("pool_pre_ping", False)
+    kwargs.setdefault("isolation_level", "AUTOCOMMIT")
+    return make_engine(url, **kwargs)
+
+
 class Database:
-    """The engine plus a per-context session, so a job store and a plan store share a txn."""
+    """The engines plus a per-context session, so a job store and a plan store share a txn."""
 
     def __init__(self, url: str, engine: Engine | None = None, **engine_kwargs: Any) -> None:
         self.url = normalise_url(url)
@@ -97,9 +108,16 @@ class Database:
         self._current: ContextVar[Session | None] = ContextVar(
             f"planq_session_{id(self)}", default=None
         )
-        self._local = threading.local()
-        self._owned: set[Connection] = set()  #: every thread's own connection, for close()
-        self._owned_lock = threading.Lock()
+        self._hot = (
+            make_hot_engine(self.url, **engine_kwargs)
+            if self.engine.dialect.name == "postgresql"
+            else self.engine  # SQLite: one engine, one file lock; BEGIN IMMEDIATE per block
+        )
+
+    @property
+    def engines(self) -> tuple[Engine, ...]:
+        """Every engine this database talks through (for instrumentation and disposal)."""
+        return (self.engine,) if self._hot is self.engine else (self.engine, self._hot)
 
     @property
     def dialect(self) -> str:
@@ -133,74 +151,29 @@ class Database:
 
     @contextmanager
     def connection(self) -> Iterator[Connection]:
-        """The hot path's connection, in one transaction.
+        """The hot path's connection, in one transaction (the ambient session's, if any).
 
-        The ambient session's if any, else this thread's own, checked out once and kept
-        (no pool checkout or pre-ping per job).
-
-        On PostgreSQL it is in autocommit: a hot statement is atomic by itself and costs one
-        round trip (no BEGIN/COMMIT). On SQLite the block is one BEGIN IMMEDIATE.
+        On PostgreSQL it comes from the hot engine (`make_hot_engine`): one round trip per
+        statement. On SQLite the block is one BEGIN IMMEDIATE.
         """
         ambient = self._current.get()
         if ambient is not None:
             yield ambient.connection()
             return
-        conn = self._own_connection()
         try:
-            with conn.begin():
+            with self._hot.begin() as conn:
                 yield conn
         except DBAPIError as exc:
-            if exc.connection_invalidated or is_transient(exc):
-                self._drop_own_connection()
             if is_transient(exc):
                 raise as_outage(exc) from exc
             raise
 
-    def _own_connection(self) -> Connection:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.invalidated:
-            try:
-                conn = self.engine.connect()
-            except DBAPIError as exc:
-                if is_transient(exc):
-                    raise as_outage(exc) from exc
-                raise
-            if self.dialect == "postgresql":
-                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            self._local.conn = conn
-            with self._owned_lock:
-                self._owned.add(conn)
-        return conn
-
-    def _drop_own_connection(self) -> None:
-        conn: Connection | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None:
-            with self._owned_lock:
-                self._owned.discard(conn)
-            with contextlib.suppress(Exception):  # it is already broken; the pool makes anew
-                conn.invalidate()
-                conn.close()
-
     def dispose_after_fork(self) -> None:
         """Drop connections inherited from the parent process without closing them."""
-        # The parent's per-thread connections are kept referenced, never finalised here:
-        # finalising one would send a ROLLBACK down a socket the parent still uses.
-        _INHERITED.append((self._local, self._owned))
-        self._local = threading.local()
-        self._owned = set()
-        self.engine.dispose(close=False)
+        for engine in self.engines:
+            engine.dispose(close=False)
 
     def close(self) -> None:
-        """Close every pooled connection, the threads' own ones included."""
-        with self._owned_lock:
-            owned, self._owned = self._owned, set()
-        for conn in owned:
-            with contextlib.suppress(Exception):  # at shutdown a broken one is gone anyway
-                conn.close()
-        self._local = threading.local()
-        self.engine.dispose()
-
-
-#: Per-thread connection holders a forked child inherited: kept alive, never used.
-_INHERITED: list[tuple[threading.local, set[Connection]]] = []
+        """Close every pooled connection."""
+        for engine in self.engines:
+            engine.dispose()

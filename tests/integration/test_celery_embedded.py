@@ -153,12 +153,14 @@ def test_heartbeat_is_one_statement_per_interval_for_all_jobs(
             with lock:
                 statements.append(ids)
 
-    event.listen(runtime.db.engine, "before_cursor_execute", count)
+    for engine in runtime.db.engines:
+        event.listen(engine, "before_cursor_execute", count)
     plans = [ready_plan(runtime) for _ in range(4)]
     results = [app.tasks["planq.strategize_plan"].delay(p.plan_id) for p in plans]
     for result in results:
         wait_for_status(runtime.jobs, result.id, AsyncJobStatus.succeeded)
-    event.remove(runtime.db.engine, "before_cursor_execute", count)
+    for engine in runtime.db.engines:
+        event.remove(engine, "before_cursor_execute", count)
     # 4 jobs x ~1.5 s at 0.2 s would be ~30 statements if each job beat on its own.
     assert 3 <= len(statements) <= 15, statements
     assert max(statements) == 4, statements  # one statement carried all four jobs

@@ -1,0 +1,165 @@
+"""The hot path's cost guard: SQL statements and round trips one job costs, counted exactly.
+
+Not a timed test: it counts what planq sends to the database through SQLAlchemy's events,
+so it is deterministic. On PostgreSQL a job costs one round trip to queue (`delay()`), one
+to claim and one to finish; the dispatch stamp is one statement for a whole batch. SQLite
+has no round trips to save; it runs each transition as two statements in one
+BEGIN IMMEDIATE, and the guard holds it there. A change that adds a statement fails here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from sqlalchemy import Engine, event
+
+from domain.jobs import AsyncJobStatus
+from domain.plans import Plan, PlanPhase, PlanStatus
+from tasks.runtime import Runtime
+from tests.celery_support import embedded_runtime, make_app
+
+
+@dataclass
+class Counter:
+    """Statements and transactions on every engine of a Database, per thread-safe list."""
+
+    statements: list[str] = field(default_factory=list)
+    transactions: int = 0  #: BEGIN/COMMIT pairs on connections not in autocommit
+    pings: int = 0  #: checkouts of a pre-pinged pool (each a round trip)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def round_trips(self, dialect: str) -> int:
+        """Statements, plus BEGIN and COMMIT and pings where they cross the wire."""
+        if dialect != "postgresql":
+            return len(self.statements)  # in-process: no wire
+        return len(self.statements) + 2 * self.transactions + self.pings
+
+    def reset(self) -> None:
+        with self.lock:
+            self.statements.clear()
+            self.transactions = self.pings = 0
+
+
+@pytest.fixture
+def counted(runtime: Runtime) -> Iterator[Counter]:
+    counter = Counter()
+    listeners: list[tuple[Engine, str, Any]] = []
+
+    def on_statement(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        with counter.lock:
+            counter.statements.append(" ".join(statement.split())[:60])
+
+    def on_commit(conn: Any) -> None:
+        if not getattr(conn.connection.dbapi_connection, "autocommit", False):
+            with counter.lock:
+                counter.transactions += 1
+
+    for engine in runtime.db.engines:
+        pre_ping = bool(getattr(engine.pool, "_pre_ping", False))
+
+        def on_checkout(*_: Any, _ping: bool = pre_ping) -> None:
+            if _ping:
+                with counter.lock:
+                    counter.pings += 1
+
+        for name, fn in (
+            ("before_cursor_execute", on_statement),
+            ("commit", on_commit),
+        ):
+            event.listen(engine, name, fn)
+            listeners.append((engine, name, fn))
+        event.listen(engine.pool, "checkout", on_checkout)
+        listeners.append((engine.pool, "checkout", on_checkout))  # type: ignore[arg-type]
+    yield counter
+    for target, name, fn in listeners:
+        event.remove(target, name, fn)
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def app(request: pytest.FixtureRequest, redis_url: str, tmp_path: Path) -> Celery:
+    if request.param == "postgres":
+        request.getfixturevalue("pg_database")  # emptied
+        database_url: str = request.getfixturevalue("pg_url")
+    else:
+        database_url = f"sqlite:///{tmp_path / 'counted.db'}"  # migrated by the runtime
+    return make_app(redis_url, database_url, default_executor="noop")
+
+
+@pytest.fixture
+def runtime(app: Celery) -> Iterator[Runtime]:
+    with embedded_runtime(app, start=False) as rt:  # no consumer: the test runs the body
+        yield rt
+
+
+def strategized_plan(rt: Runtime) -> Plan:
+    plan = Plan.with_steps(["a"], name="counted")
+    plan.__dict__.update(phase=PlanPhase.strategize, status=PlanStatus.complete)
+    rt.plans.add(plan)
+    return plan
+
+
+#: (dialect) -> the most a job may cost: (producer statements, worker statements)
+BUDGET = {"postgresql": (1, 2), "sqlite": (3, 6)}  # SQLite: BEGIN IMMEDIATE + 2 each
+ROUND_TRIPS = {"postgresql": (1, 2)}
+
+
+def test_one_job_costs_its_budget_of_statements(
+    app: Celery, runtime: Runtime, counted: Counter
+) -> None:
+    dialect = runtime.db.dialect
+    plans = [strategized_plan(runtime) for _ in range(3)]
+    runtime.stamps.flush()
+    task = app.tasks["planq.execute_plan"]
+    producer, worker = BUDGET[dialect]
+
+    counted.reset()
+    result = task.delay(plans[0].plan_id)
+    assert result is not None
+    assert len(counted.statements) == producer, counted.statements
+    if dialect == "postgresql":
+        assert counted.round_trips(dialect) == ROUND_TRIPS[dialect][0], counted
+
+    counted.reset()
+    outcome = runtime.worker.run_job(result.id)  # the task body, as the worker runs it
+    assert outcome.value == "succeeded"
+    assert len(counted.statements) == worker, counted.statements
+    if dialect == "postgresql":
+        assert counted.round_trips(dialect) == ROUND_TRIPS[dialect][1], counted
+    job = runtime.jobs.get(result.id)
+    assert job is not None and job.status is AsyncJobStatus.succeeded
+
+
+def test_dispatch_stamps_are_one_statement_for_a_batch(
+    app: Celery, runtime: Runtime, counted: Counter
+) -> None:
+    plans = [strategized_plan(runtime) for _ in range(5)]
+    runtime.stamps.flush()
+    task = app.tasks["planq.execute_plan"]
+    ids = [task.delay(p.plan_id).id for p in plans]
+    counted.reset()
+    assert runtime.stamps.flush() in (0, len(ids))  # the batch thread may have beaten us
+    stamps = [s for s in counted.statements if "dispatched_at" in s]
+    assert len(stamps) <= 1, counted.statements
+    for job_id in ids:  # every row stamped by that one statement (or the thread's one)
+        job = runtime.jobs.get(job_id)
+        assert job is not None and job.dispatched_at is not None and job.dispatch_count == 1
+
+
+def test_delay_many_is_one_statement_for_the_batch(
+    app: Celery, runtime: Runtime, counted: Counter
+) -> None:
+    dialect = runtime.db.dialect
+    plans = [strategized_plan(runtime) for _ in range(10)]
+    runtime.stamps.flush()
+    counted.reset()
+    ids = app.tasks["planq.execute_plan"].delay_many([p.plan_id for p in plans])
+    assert len(ids) == 10
+    writes = [s for s in counted.statements if "dispatched_at" not in s]
+    # PostgreSQL: one statement for the ten plans and rows; SQLite: one BEGIN, two per plan.
+    assert len(writes) == (1 if dialect == "postgresql" else 21), writes
