@@ -602,7 +602,7 @@ def set_events(app: Any, on: bool) -> None:
     app.conf.update(dict.fromkeys(EVENT_SETTINGS, on))
 
 
-LEDGER_SYSTEMS = ("planq", "planq-noev", "lean", "lean-noev")
+LEDGER_SYSTEMS = ("planq", "planq-noev")
 
 
 def ledger_system(
@@ -638,61 +638,34 @@ def ledger_system(
             raise BenchError(f"{name} jobs ended badly: {bad}")
         return int(rows.get("succeeded", 0))
 
-    if name.startswith("planq"):
-        # planq itself; "planq-noev" is the same app with Celery task events off.
-        events = name == "planq"
-        app = create_app(load_settings())
-        set_events(app, events)
-        execute_plan = app.tasks["planq.execute_plan"]
+    # planq itself; "planq-noev" is the same app with Celery task events off.
+    events = name == "planq"
+    app = create_app(load_settings())
+    set_events(app, events)
+    execute_plan = app.tasks["planq.execute_plan"]
 
-        def delay(plan_id: str) -> Callable[[], Any]:
-            def call() -> Any:
-                result = execute_plan.delay(plan_id)
-                if result is None:
-                    raise BenchError(f"execute_plan.delay({plan_id}) queued no job")
-                return result
+    def delay(plan_id: str) -> Callable[[], Any]:
+        def call() -> Any:
+            result = execute_plan.delay(plan_id)
+            if result is None:
+                raise BenchError(f"execute_plan.delay({plan_id}) queued no job")
+            return result
 
-            return call
+        return call
 
-        def make_enqueue(n: int) -> list[Callable[[], Any]]:
-            return [delay(next(remaining)) for _ in range(n)]
+    def make_enqueue(n: int) -> list[Callable[[], Any]]:
+        return [delay(next(remaining)) for _ in range(n)]
 
-        module = "worker_config" if events else "bench.planq_noevents"
-        worker = WorkerProcess(name, module, PLANQ_QUEUE, env, args, logdir)
+    module = "worker_config" if events else "bench.planq_noevents"
+    worker = WorkerProcess(name, module, PLANQ_QUEUE, env, args, logdir)
 
-        def close() -> None:
-            from tasks.runtime import reset_runtime
+    def close() -> None:
+        from tasks.runtime import reset_runtime
 
-            reset_runtime(app)
-            conn["pg"].close()
-
-        return System(name, worker, app, make_enqueue, done), close
-
-    # The lean prototype (bench/lean_app.py): planq's Celery config, a Core-statement ledger.
-    import bench.lean_app as lean_app
-
-    events = name == "lean"
-
-    def make_lean(n: int) -> list[Callable[[], Any]]:
-        ids = [next(remaining) for _ in range(n)]
-        return [lambda pid=pid: lean_app.lean_delay(pid) for pid in ids]
-
-    worker_env = {**env, "BENCH_EVENTS": "1" if events else "0"}
-    worker = WorkerProcess(name, "bench.lean_app", PLANQ_QUEUE, worker_env, args, logdir)
-
-    def close_lean() -> None:
-        lean_app.close()
+        reset_runtime(app)
         conn["pg"].close()
 
-    system = System(
-        name,
-        worker,
-        lean_app.app,
-        make_lean,
-        done,
-        prepare=lambda: set_events(lean_app.app, events),
-    )
-    return system, close_lean
+    return System(name, worker, app, make_enqueue, done), close
 
 
 # -- environment ------------------------------------------------------------------------------
@@ -792,7 +765,7 @@ def ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
     out: dict[str, float | None] = {"e2e": round(planq.jobs_per_s / raw.jobs_per_s, 3)}
     if raw.drain_per_s and planq.drain_per_s:
         out["drain"] = round(planq.drain_per_s / raw.drain_per_s, 3)
-    for name in ("planq-noev", "lean", "lean-noev"):
+    for name in ("planq-noev",):
         other = results.get(name)
         if other is not None:
             out[f"{name}_e2e"] = round(other.jobs_per_s / raw.jobs_per_s, 3)
@@ -848,8 +821,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--attribution",
         action="store_true",
-        help="also run planq with task events off (bench/planq_noevents.py) and the lean\n"
-        "ledger prototype (bench/lean_app.py) with events on and off",
+        help="also run planq with task events off (bench/planq_noevents.py) and raw+events",
     )
     p.add_argument("--only", choices=["raw", "planq"], help="run one system only")
     args = p.parse_args(argv)
