@@ -12,7 +12,11 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
+
+from domain.errors import LedgerUnavailableError
+from domain.outage import DEFAULT_OUTAGE_BUDGET
 
 logger = logging.getLogger("planq.dispatch")
 
@@ -23,10 +27,17 @@ FLUSH_INTERVAL = 0.1
 class DispatchStamps:
     """Collects published job ids and stamps them in one statement per interval."""
 
-    def __init__(self, stamp: Callable[[list[str]], object], interval: float = FLUSH_INTERVAL):
+    def __init__(
+        self,
+        stamp: Callable[[list[str]], object],
+        interval: float = FLUSH_INTERVAL,
+        outage_budget: float = DEFAULT_OUTAGE_BUDGET,
+    ):
         self._stamp = stamp
         self.interval = interval
+        self.outage_budget = outage_budget
         self._pending: list[str] = []
+        self._outage_since: float | None = None  #: monotonic time the ledger went away
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -51,9 +62,26 @@ class DispatchStamps:
             return 0
         try:
             self._stamp(ids)
+        except LedgerUnavailableError as exc:  # an outage: keep them for the next interval
+            self._ride_out(ids, exc)
+            return 0
         except Exception as exc:  # a hint only: the relay re-publishes unstamped rows
             logger.warning("could not stamp %d dispatched job(s): %s", len(ids), exc)
+        self._outage_since = None
         return len(ids)
+
+    def _ride_out(self, ids: list[str], exc: LedgerUnavailableError) -> None:
+        """Put ids back while the outage is within budget; past it, leave them to the relay."""
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = now
+            logger.warning("ledger unavailable; holding %d dispatch stamp(s): %s", len(ids), exc)
+        if now - self._outage_since > self.outage_budget:
+            logger.warning("dropping %d stamp(s) after %.0fs", len(ids), self.outage_budget)
+            self._outage_since = None
+            return
+        with self._lock:
+            self._pending[:0] = ids
 
     def _run(self) -> None:
         while not self._closed:
