@@ -256,3 +256,17 @@ _UNSTORABLE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 def printable(text: str) -> str:
     """Text any ledger can store and any terminal can show: NULs, controls, lone surrogates out."""
     return _UNSTORABLE.sub("\ufffd", text)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`ExcType: message`, redacted; never raises, even when the exception's __str__ does.
+
+    An exception can carry a secret in its message, and its __str__ can itself fail: this
+    is the one way an exception becomes text for the ledger, a log line or Flower.
+    """
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__: its own text is not to be trusted either
+        message = "<unprintable message>"
+    return printable(redact_secrets(f"{name}: {message}" if message else name))

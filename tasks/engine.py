@@ -18,7 +18,7 @@ from domain.ledger import JobLedger, StuckReport
 from domain.outage import ride_out_outage
 from domain.plans import Plan, PlanPhase
 from domain.ports import CancelOutcome, JobStore, PlanStore
-from domain.redaction import redact_secrets
+from domain.redaction import describe_exception
 from tasks import metrics
 from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from tasks.tracker import WORKER_SHUTDOWN, JobTracker
@@ -146,8 +146,8 @@ class AsyncWorker:
         except Exception as exc:
             if token.is_cancelled:
                 return self._stopped(token)
-            error = f"{type(exc).__name__}: {exc}"
-            logger.warning("job %s failed: %s", job.job_id, redact_secrets(error))
+            error = describe_exception(exc)
+            logger.warning("job %s failed: %s", job.job_id, error)
             return Outcome(AsyncJobStatus.failed, error, PickupResult.failed)
         if token.is_cancelled:
             return self._stopped(token)

@@ -12,6 +12,7 @@ from celery.result import AsyncResult
 from domain.ids import is_ulid
 from domain.jobs import AsyncJob
 from domain.plans import PlanPhase
+from domain.redaction import describe_exception
 from tasks.engine import PickupResult
 from tasks.runtime import runtime_for
 
@@ -76,7 +77,16 @@ class PhaseTask(Task):  # type: ignore[misc]
         if not is_ulid(job_id):
             logger.warning("%s: message without a valid job id (%r): dropped", self.name, job_id)
             return PickupResult.skipped.value
-        return runtime_for(self.app).worker.run_job(job_id).value
+        try:
+            return runtime_for(self.app).worker.run_job(job_id).value
+        except Exception as exc:
+            # Celery logs, stores and sends (to Flower) what escapes: only its redacted text,
+            # with neither its traceback's cause chain nor its own message.
+            raise PhaseJobError(describe_exception(exc)) from None
+
+
+class PhaseJobError(Exception):
+    """What a phase task raises when its body failed: a redacted `ExcType: message`."""
 
 
 def register_phase_tasks(app: Celery) -> dict[PlanPhase, PhaseTask]:

@@ -78,3 +78,13 @@ def leak_secret(ctx: JobContext) -> None:
         "upstream said: Authorization: Bearer tok_live_SECRETVALUE123 "
         "and password=SECRETVALUE123 at https://svc:SECRETVALUE123@api.example"
     )
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("password=hunter2 leaked by __str__")
+
+
+def unprintable_secret(ctx: JobContext) -> None:
+    """Fail with an exception whose __str__ itself raises with a secret in it."""
+    raise _Unprintable()

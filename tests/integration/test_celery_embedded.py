@@ -231,3 +231,20 @@ def test_secrets_never_reach_ledger_logs_or_events(
         if e.get("uuid") == job.job_id
     )
     assert "SECRETVALUE123" not in json.dumps(captured, default=str)
+
+
+def test_an_exception_whose_str_raises_still_fails_the_job_redacted(
+    app: Celery, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = make_app(
+        app.conf.broker_url,
+        app.conf.planq_runtime.database_url,
+        default_executor=f"{EXEC}:unprintable_secret",
+    )
+    caplog.set_level(logging.DEBUG)
+    with embedded_runtime(broken) as rt:
+        plan = ready_plan(rt)
+        result = broken.tasks["planq.strategize_plan"].delay(plan.plan_id)
+        job = wait_for_status(rt.jobs, result.id, AsyncJobStatus.failed)
+    assert job.error_message == "_Unprintable: <unprintable message>"  # not "heartbeat expired"
+    assert "hunter2" not in caplog.text

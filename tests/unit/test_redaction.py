@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from domain.redaction import REDACTED, Redactor, redact_secrets
+from domain.redaction import REDACTED, Redactor, describe_exception, redact_secrets
 
 # No example database, as in the other unit tests: failures print their reproducing example.
 PROPERTY = settings(
@@ -581,3 +581,15 @@ def test_idempotent_on_fragment_soup(text: str) -> None:
 def test_arbitrary_text_is_idempotent(text: str) -> None:
     once = redact_secrets(text)
     assert redact_secrets(once) == once
+
+
+def test_describe_exception_never_raises_and_redacts() -> None:
+    class Broken(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("password=hunter2")
+
+    assert describe_exception(Broken()) == "Broken: <unprintable message>"
+    described = describe_exception(ValueError("token=abc123secret\x00 tail"))
+    assert described.startswith("ValueError: ") and "abc123secret" not in described
+    assert "\x00" not in described
+    assert describe_exception(KeyError()) == "KeyError"
