@@ -7,11 +7,13 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from domain.clock import utcnow
 from domain.errors import RunNotActiveError, RunNotFoundError
 from domain.ids import new_id
 from domain.runs.checks import (
+    SERVER_RESTART_ERROR,
     SWEEP_ERROR,
     check_cursor,
     check_delta,
@@ -32,12 +34,13 @@ from domain.runs.findings import (
     check_severity,
     detail_from_json,
     detail_to_json,
-    zero_severity_counts,
+    present_severity_counts,
 )
 from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
 from domain.runs.progress import ProgressKind
 from domain.runs.status import RunStatus
 from domain.runs.summary import RunSummary, build_summary
+from domain.runs.sweep import SweepResult
 from store.runs_bound import BoundRun, Clock
 
 
@@ -139,7 +142,7 @@ class InMemoryRunStore(BoundRun):
         self,
         kind: str,
         severity: Severity | str,
-        resource_id: str | None,
+        resource_id: UUID | str | None,
         detail: dict[str, Any] | None,
     ) -> Finding:
         """Store a finding and bump finding_count atomically."""
@@ -182,10 +185,14 @@ class InMemoryRunStore(BoundRun):
         now = self._clock()
         return self._finish(RunStatus.Completed, completed_at=now, last_progress_at=now)
 
-    def mark_paused(self, cursor: bytes) -> bool:
-        """Active -> Paused at cursor."""
-        check_cursor(cursor)
-        return self._finish(RunStatus.Paused, cursor=cursor, last_progress_at=self._clock())
+    def mark_paused(self, cursor: bytes | None, error_message: str | None = None) -> bool:
+        """Active -> Paused at cursor (None: keep the last checkpoint), with an optional error."""
+        values: dict[str, Any] = {"last_progress_at": self._clock()}
+        if cursor is not None:
+            values["cursor"] = check_cursor(cursor)
+        if error_message is not None:
+            values["error_message"] = clean_error(error_message)
+        return self._finish(RunStatus.Paused, **values)
 
     def mark_failed(self, message: str) -> bool:
         """Active -> Failed with a redacted message."""
@@ -232,21 +239,26 @@ class InMemoryRunStoreProvider:
             current.owner = owner
             current.last_progress_at = now
             current.error_message = None
-            return Resumed(self._bind(current), current.cursor)
+            return Resumed(self._bind(current), current.cursor or b"")
 
-    def boot_recovery_sweep(self, owner: str, stale_after: float) -> list[str]:
-        """Pause this owner's active runs and any whose progress is stale."""
-        if check_owner(owner) is None:
-            raise ValueError("boot_recovery_sweep needs this worker's owner name")
-        cutoff = stale_cutoff(self._clock(), stale_after)
+    def boot_recovery_sweep(
+        self, owner: str | None = None, stale_after: float | None = None
+    ) -> SweepResult:
+        """Pause every active run, or (fleet-safe) this owner's and the stale ones."""
+        check_owner(owner)
+        cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
+        everything = owner is None and cutoff is None
         flipped: list[str] = []
         with self._tables.lock:
             for row in self._tables.runs.values():
-                if row.status.is_active and (row.owner == owner or row.last_progress_at < cutoff):
+                if not row.status.is_active:
+                    continue
+                stale = cutoff is not None and row.last_progress_at < cutoff
+                if everything or stale or (owner is not None and row.owner == owner):
                     row.status = RunStatus.Paused
-                    row.error_message = SWEEP_ERROR
+                    row.error_message = SERVER_RESTART_ERROR if everything else SWEEP_ERROR
                     flipped.append(row.id)
-        return sorted(flipped)
+        return SweepResult(flipped)
 
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
         """Runs, newest first."""
@@ -287,12 +299,12 @@ class InMemoryRunStoreProvider:
         return [dataclasses.replace(f, detail=detail_from_json(js)) for f, js in page]
 
     def finding_severity_counts(self, run_id: str) -> dict[str, int]:
-        """Findings per severity, zeros included."""
-        counts = zero_severity_counts()
+        """Findings per severity present, worst first."""
+        counts: dict[str, int] = {}
         with self._tables.lock:
             for finding, _ in self._tables.findings.get(run_id, []):
-                counts[finding.severity.value] += 1
-        return counts
+                counts[finding.severity.value] = counts.get(finding.severity.value, 0) + 1
+        return present_severity_counts(counts)
 
     def purge_terminal_runs(self, retention_days: float) -> int:
         """Delete old Completed/Failed runs with their findings."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -12,6 +13,7 @@ from domain.clock import utcnow
 from domain.errors import ConcurrentUpdateError, RunNotActiveError, RunNotFoundError
 from domain.ids import new_id
 from domain.runs.checks import (
+    SERVER_RESTART_ERROR,
     SWEEP_ERROR,
     check_cursor,
     check_delta,
@@ -34,7 +36,7 @@ from domain.runs.findings import (
     check_severity,
     detail_from_json,
     detail_to_json,
-    zero_severity_counts,
+    present_severity_counts,
 )
 from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
 from domain.runs.progress import ProgressKind
@@ -45,6 +47,7 @@ from domain.runs.status import (
     RunStatus,
 )
 from domain.runs.summary import RunSummary, build_summary
+from domain.runs.sweep import SweepResult
 from store.database import Database
 from store.models import RecoverableRunModel, RunFindingModel
 from store.runs_bound import BoundRun, Clock
@@ -164,7 +167,7 @@ class SqlRunStore(BoundRun):
         self,
         kind: str,
         severity: Severity | str,
-        resource_id: str | None,
+        resource_id: UUID | str | None,
         detail: dict[str, Any] | None,
     ) -> Finding:
         """FINDING: UPDATE finding_count (locks the run, proves it exists), then INSERT."""
@@ -214,12 +217,17 @@ class SqlRunStore(BoundRun):
             status=RunStatus.Completed.value, completed_at=now, last_progress_at=now
         )
 
-    def mark_paused(self, cursor: bytes) -> bool:
-        """PAUSE: CAS active -> Paused, keeping the cursor for the resume."""
-        check_cursor(cursor)
-        return self._update_active(
-            status=RunStatus.Paused.value, cursor=cursor, last_progress_at=self._clock()
-        )
+    def mark_paused(self, cursor: bytes | None, error_message: str | None = None) -> bool:
+        """PAUSE: CAS active -> Paused at cursor (None: the last checkpoint stays)."""
+        values: dict[str, Any] = {
+            "status": RunStatus.Paused.value,
+            "last_progress_at": self._clock(),
+        }
+        if cursor is not None:
+            values["cursor"] = check_cursor(cursor)
+        if error_message is not None:
+            values["error_message"] = clean_error(error_message)
+        return self._update_active(**values)
 
     def mark_failed(self, message: str) -> bool:
         """FAIL: CAS active -> Failed with a redacted, bounded message."""
@@ -284,7 +292,7 @@ class SqlRunStoreProvider:
             )
             if not _rowcount(resumed):
                 return None
-            return Resumed(self._bind(current.id, current.started_at), current.cursor)
+            return Resumed(self._bind(current.id, current.started_at), current.cursor or b"")
 
     def _new_row(
         self, run_id: str, job_name: str, owner: str | None, now: datetime
@@ -302,22 +310,24 @@ class SqlRunStoreProvider:
             "params_json": "{}",
         }
 
-    def boot_recovery_sweep(self, owner: str, stale_after: float) -> list[str]:
-        """SWEEP: one UPDATE … RETURNING of this owner's active runs and the stale ones."""
-        if check_owner(owner) is None:
-            raise ValueError("boot_recovery_sweep needs this worker's owner name")
-        now = self._clock()
-        stmt = (
-            update(R)
-            .where(
-                R.status.in_(_ACTIVE),
-                or_(R.owner == owner, R.last_progress_at < stale_cutoff(now, stale_after)),
-            )
-            .values(status=RunStatus.Paused.value, error_message=SWEEP_ERROR)
-            .returning(R.id)
-        )
+    def boot_recovery_sweep(
+        self, owner: str | None = None, stale_after: float | None = None
+    ) -> SweepResult:
+        """SWEEP: one UPDATE … RETURNING: every active run, or this owner's and the stale ones."""
+        check_owner(owner)
+        cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
+        scopes = []
+        if owner is not None:
+            scopes.append(R.owner == owner)
+        if cutoff is not None:
+            scopes.append(R.last_progress_at < cutoff)
+        stmt = update(R).where(R.status.in_(_ACTIVE))
+        if scopes:
+            stmt = stmt.where(or_(*scopes))
+        error = SWEEP_ERROR if scopes else SERVER_RESTART_ERROR
+        stmt = stmt.values(status=RunStatus.Paused.value, error_message=error).returning(R.id)
         with self.db.session() as s:
-            return sorted(s.scalars(stmt))
+            return SweepResult(s.scalars(stmt))
 
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
         """LIST: newest first."""
@@ -359,13 +369,11 @@ class SqlRunStoreProvider:
             return [to_finding(row) for row in s.scalars(stmt)]
 
     def finding_severity_counts(self, run_id: str) -> dict[str, int]:
-        """COUNTS: SELECT severity, count(*) … GROUP BY severity."""
+        """COUNTS: SELECT severity, count(*) … GROUP BY severity (the severities present)."""
         stmt = select(F.severity, func.count()).where(F.run_id == run_id).group_by(F.severity)
-        counts = zero_severity_counts()
         with self.db.session() as s:
-            for severity, count in s.execute(stmt):
-                counts[severity] = int(count)
-        return counts
+            counts = {str(severity): int(count) for severity, count in s.execute(stmt)}
+        return present_severity_counts(counts)
 
     def purge_terminal_runs(self, retention_days: float) -> int:
         """PURGE: delete old terminal runs and their findings, batch by batch (short locks)."""

@@ -33,6 +33,7 @@ from domain.payload import deserialize_job_payload
 from domain.redaction import redact_secrets
 from domain.runs import (
     Completed,
+    Failed,
     Paused,
     ProgressKind,
     RunOutcome,
@@ -167,8 +168,15 @@ class LedgerConsistencyHandler:
     def run_resumable(
         self, store: RunStore, args: Mapping[str, Any], resume_cursor: bytes | None
     ) -> RunOutcome:
-        """Scan from resume_cursor to the end, checkpointing findings with the cursor."""
-        params = ScanParams.for_run(store, args)
+        """Scan from resume_cursor to the end, checkpointing findings with the cursor.
+
+        A bad param fails the run (retrying cannot fix it); anything else that raises is
+        the engine's to handle: the run pauses at its last checkpoint, resumable.
+        """
+        try:
+            params = ScanParams.for_run(store, args)
+        except ValueError as exc:
+            return Failed(str(exc))
         progress = _Progress(cursor=resume_cursor or b"")
         checkpointed = progress.cursor
         while True:

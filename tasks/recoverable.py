@@ -30,7 +30,7 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutting_down
 
 from domain.outage import ride_out_outage
-from domain.runs import RecoverableJobHandler, RunStatus, run_or_resume
+from domain.runs import RecoverableJobHandler, RunStatus, SweepResult, run_or_resume
 from tasks import metrics
 from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from tasks.ledger_consistency import LedgerConsistencyHandler
@@ -168,8 +168,15 @@ def request_cancel(app: Celery, job_name: str) -> str | None:
     return runtime_for(app).runs.request_cancel(job_name)
 
 
-def boot_recovery_sweep(app: Celery, owner: str, stale_after: float) -> list[str]:
-    """Pause this node's interrupted runs and the stale ones; the ids paused."""
+def boot_recovery_sweep(
+    app: Celery, owner: str | None = None, stale_after: float | None = None
+) -> SweepResult:
+    """Pause interrupted runs; how many (an int), their ids in `.run_ids`.
+
+    With no owner and no stale_after, every active run (the spec's sweep: one node, the
+    embedded mode, or an operator after a full-fleet restart). A worker passes its node
+    name and stale_after, so it never pauses a run another live worker holds.
+    """
     runs = runtime_for(app).runs
     swept = ride_out_outage(
         lambda: runs.boot_recovery_sweep(owner, stale_after),
@@ -180,9 +187,9 @@ def boot_recovery_sweep(app: Celery, owner: str, stale_after: float) -> list[str
         logger.warning(
             "boot recovery sweep (%s): paused %d interrupted run(s): %s; "
             "trigger planq.runs.<name> to resume from the saved cursor",
-            owner,
-            len(swept),
-            ", ".join(swept),
+            owner or ("stale runs" if stale_after is not None else "every active run"),
+            swept,
+            ", ".join(swept.run_ids),
         )
     return swept
 
@@ -247,8 +254,6 @@ def connect_recovery_signals(app: Celery, stale_after: float) -> None:
         threading.Thread(target=pause, name="planq-runs-pause", daemon=True).start()
 
 
-#: The owner the periodic sweep passes: no run is ever owned by it, so only stale runs move.
-STALE_SWEEPER = "stale-sweep@planq-maintenance"
 STALE_SWEEP_TASK = "planq.maintenance.sweep_stale_runs"
 
 
@@ -261,8 +266,8 @@ def register_stale_run_sweep(app: Celery, stale_after: float) -> Any:
 
     @app.task(name=STALE_SWEEP_TASK, ignore_result=True, shared=False)  # type: ignore[misc]
     def sweep_stale_runs() -> list[str]:
-        """Pause active runs silent for longer than stale_after (never a live one)."""
-        return boot_recovery_sweep(app, STALE_SWEEPER, stale_after)
+        """Pause active runs silent for longer than stale_after (never a live one); their ids."""
+        return list(boot_recovery_sweep(app, owner=None, stale_after=stale_after).run_ids)
 
     app.conf.beat_schedule = {
         **(app.conf.beat_schedule or {}),

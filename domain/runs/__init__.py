@@ -23,6 +23,7 @@ from domain.runs.status import (
     RunStatus,
 )
 from domain.runs.summary import RunSummary
+from domain.runs.sweep import SweepResult
 
 __all__ = [
     "ACTIVE_RUN_STATUSES",
@@ -47,6 +48,7 @@ __all__ = [
     "RunStoreProvider",
     "RunSummary",
     "Severity",
+    "SweepResult",
     "derive_progress",
     "describe_exception",
     "record_or_log",

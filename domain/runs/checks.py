@@ -10,7 +10,10 @@ from domain.jobs import redact_error
 MAX_JOB_NAME_LENGTH = 200
 MAX_OWNER_LENGTH = 255
 MAX_PARAM_KEY_LENGTH = 200
+#: Error of a run paused by a sweep scoped to a worker (its owner) or to silence (stale_after).
 SWEEP_ERROR = "worker restart mid-run"
+#: Error of a run paused by the spec's sweep of every active run (no owner, no stale_after).
+SERVER_RESTART_ERROR = "server restart mid-run"
 MIN_RETENTION_DAYS = 1.0
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from domain.redaction import redact_secrets
 from domain.runs.checks import check_total
@@ -40,10 +42,18 @@ def run_or_resume(
 ) -> JobOutcome:
     """Run the handler's job once: fresh, resumed from its cursor, or skipped if already active.
 
-    A store failure while writing the final state propagates: the run stays active and the
-    boot recovery sweep (or the staleness bound) pauses it later, so nothing is lost.
+    Like the spec, it never raises for a store failure: a failed open is an error outcome
+    ("open_or_start failed: …"), a failed stats read counts as zero, and a failed final
+    write is logged (the run stays active; a sweep pauses it later, so nothing is lost).
+    An exception escaping the handler is the spec's panic: the run ends Paused with the
+    redacted error and its last checkpoint, and the next trigger resumes it.
     """
-    opened = provider.open_or_start(handler.name, owner=owner)
+    try:
+        opened = provider.open_or_start(handler.name, owner=owner)
+    except Exception as exc:
+        message = f"open_or_start failed: {describe_exception(exc)}"
+        log.error("job %s: %s", handler.name, message)
+        return JobOutcome(ok=False, message=message, error=message)
     if isinstance(opened, AlreadyActive):
         log.info("job %s skipped: run %s is %s", handler.name, opened.run_id, opened.status)
         return JobOutcome.already_running(opened.run_id, opened.status)
@@ -52,15 +62,19 @@ def run_or_resume(
     if isinstance(opened, Fresh):
         _seed_progress(handler, store)
     outcome = _dispatch(handler, store, dict(args or {}), resume_cursor)
-    moved = _finish(store, outcome)
-    return _report(provider, store.run_id, outcome, moved)
+    stats = _fetch_stats(provider, store.run_id)  # before the final write, as in the spec
+    moved, write_error = _finish(store, outcome)
+    report = _report(provider, store.run_id, outcome, stats, moved, write_error)
+    level = logging.INFO if report.ok else logging.WARNING
+    log.log(level, "job %s: %s", handler.name, report.message)
+    return report
 
 
 def record_or_log(
     store: RunStore,
     kind: str,
     severity: Severity | str,
-    resource_id: str | None = None,
+    resource_id: UUID | str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> Finding | None:
     """Record a finding; a failed write is logged, never raised, so the scan goes on."""
@@ -109,66 +123,186 @@ def _seed_progress(handler: RecoverableJobHandler, store: RunStore) -> None:
         log.warning("run %s: could not seed progress: %s", store.run_id, describe_exception(exc))
 
 
+@dataclass(frozen=True, slots=True)
+class _Panicked:
+    """The handler raised (the spec's panic): pause at the last checkpoint, keep the error."""
+
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Stats:
+    """The run as stored when the handler returned; zeros when it could not be read."""
+
+    scanned_count: int = 0
+    finding_count: int = 0
+    cursor_hex: str | None = None
+    severity_counts: dict[str, int] = field(default_factory=dict)
+
+
 def _dispatch(
     handler: RecoverableJobHandler,
     store: RunStore,
     args: Mapping[str, Any],
     resume_cursor: bytes | None,
-) -> RunOutcome:
-    """Call the handler; an exception or a wrong return value becomes Failed."""
+) -> RunOutcome | _Panicked:
+    """Call the handler; an exception or a wrong return value is a panic (never Failed)."""
     try:
         outcome = handler.run_resumable(store, args, resume_cursor)
     except Exception as exc:
         message = describe_exception(exc)
         log.error("job %s run %s raised: %s", handler.name, store.run_id, message)
         log.debug("job %s run %s traceback", handler.name, store.run_id, exc_info=True)
-        return Failed(message)
+        return _Panicked(message)
     if not isinstance(outcome, Completed | Paused | Failed):
-        return Failed(f"handler returned {type(outcome).__name__}, not a RunOutcome")
+        message = f"TypeError: handler returned {type(outcome).__name__}, not a RunOutcome"
+        log.error("job %s run %s: %s", handler.name, store.run_id, message)
+        return _Panicked(message)
     return outcome
 
 
-def _finish(store: RunStore, outcome: RunOutcome) -> bool:
-    """Write the final state from the outcome; whether the run was still active to take it."""
-    if isinstance(outcome, Completed):
-        return store.mark_completed()
-    if isinstance(outcome, Paused):
-        return store.mark_paused(outcome.cursor)
-    return store.mark_failed(redact_secrets(outcome.message))
+def _fetch_stats(provider: RunStoreProvider, run_id: str) -> _Stats:
+    """Counts and cursor for the report; severities only queried when there are findings."""
+    try:
+        summary = provider.get_run_by_id(run_id)
+    except Exception as exc:
+        log.warning("run %s: could not read its stats: %s", run_id, describe_exception(exc))
+        return _Stats()
+    if summary is None:
+        return _Stats()
+    counts: dict[str, int] = {}
+    if summary.finding_count > 0:
+        try:
+            counts = dict(provider.finding_severity_counts(run_id))
+        except Exception as exc:
+            log.warning(
+                "run %s: could not count findings by severity: %s",
+                run_id,
+                describe_exception(exc),
+            )
+    return _Stats(summary.scanned_count, summary.finding_count, summary.cursor_hex, counts)
 
 
-def _outcome_name(outcome: RunOutcome) -> str:
-    return type(outcome).__name__
-
-
-def _message(summary: RunSummary, outcome: RunOutcome, moved: bool) -> str:
-    """One line for logs and task results; it always ends with the run id."""
-    if not moved:
-        return (
-            f"run was already {summary.status.as_str()} when the engine tried to record "
-            f"{_outcome_name(outcome)}; run {summary.id}"
+def _finish(store: RunStore, outcome: RunOutcome | _Panicked) -> tuple[bool, str | None]:
+    """Write the final state; (whether the run was still active to take it, write error)."""
+    op = {
+        Completed: "mark_completed",
+        Paused: "mark_paused",
+        _Panicked: "mark_paused",
+        Failed: "mark_failed",
+    }[type(outcome)]
+    try:
+        if isinstance(outcome, Completed):
+            return store.mark_completed(), None
+        if isinstance(outcome, Paused):
+            return store.mark_paused(outcome.cursor), None
+        if isinstance(outcome, _Panicked):
+            return store.mark_paused(None, error_message=outcome.error), None
+        return store.mark_failed(redact_secrets(outcome.message)), None
+    except Exception as exc:
+        error = f"{op} failed: {describe_exception(exc)}"
+        log.warning(
+            "run %s: %s; the run stays active until a recovery sweep pauses it",
+            store.run_id,
+            error,
         )
-    if summary.status is RunStatus.Completed:
-        return (
-            f"completed: scanned {summary.scanned_count}, "
-            f"{summary.finding_count} findings; run {summary.id}"
-        )
-    if summary.status is RunStatus.Paused:
-        return f"paused at cursor {summary.cursor}; run {summary.id}"
-    return f"failed: {summary.error_message}; run {summary.id}"
+        return False, error
+
+
+def _outcome_name(outcome: RunOutcome | _Panicked) -> str:
+    return "Paused" if isinstance(outcome, _Panicked) else type(outcome).__name__
 
 
 def _report(
-    provider: RunStoreProvider, run_id: str, outcome: RunOutcome, moved: bool
+    provider: RunStoreProvider,
+    run_id: str,
+    outcome: RunOutcome | _Panicked,
+    stats: _Stats,
+    moved: bool,
+    write_error: str | None,
 ) -> JobOutcome:
-    """Read the run back as stored, so the report says what the ledger says."""
-    summary = provider.get_run_by_id(run_id)
-    if summary is None:
-        return JobOutcome(ok=False, run_id=run_id, message=f"run vanished; run {run_id}")
-    counts = provider.finding_severity_counts(run_id)
-    report = JobOutcome.from_summary(summary, counts, _message(summary, outcome, moved))
-    if not moved:
-        log.warning("%s", report.message)
-        return dataclasses.replace(report, ok=False)
-    log.info("job %s: %s", summary.job_name, report.message)
+    """The report of what the handler returned, as the spec builds it, from stats read first."""
+    tail = f"(run_id={run_id})"
+    counts: dict[str, Any] = {
+        "run_id": run_id,
+        "finding_count": stats.finding_count,
+        "scanned_count": stats.scanned_count,
+        "severity_counts": dict(stats.severity_counts),
+    }
+    if not moved and write_error is None:  # swept, purged or ended elsewhere meanwhile
+        current = _read_back(provider, run_id)
+        state = current.status.as_str() if current is not None else "gone"
+        message = (
+            f"run was already {state} when the engine tried to record "
+            f"{_outcome_name(outcome)} {tail}"
+        )
+        return JobOutcome(
+            ok=False,
+            status=current.status if current is not None else None,
+            cursor_hex=current.cursor_hex if current is not None else stats.cursor_hex,
+            message=message,
+            **counts,
+        )
+    report = _intended(outcome, stats, counts, tail)
+    if write_error is not None:  # the spec's log-only final write: report, status unknown
+        return dataclasses.replace(report, status=None, message=f"{report.message}; {write_error}")
     return report
+
+
+def _intended(
+    outcome: RunOutcome | _Panicked, stats: _Stats, counts: dict[str, Any], tail: str
+) -> JobOutcome:
+    """The report of the final state the engine wrote for this outcome."""
+    if isinstance(outcome, Completed):
+        return JobOutcome(
+            ok=True,
+            completed=True,
+            status=RunStatus.Completed,
+            cursor_hex=stats.cursor_hex,
+            message=(
+                f"completed: scanned {stats.scanned_count}, {stats.finding_count} findings {tail}"
+            ),
+            **counts,
+        )
+    if isinstance(outcome, Paused):
+        cursor_hex = outcome.cursor.hex()
+        return JobOutcome(
+            ok=True,
+            paused=True,
+            status=RunStatus.Paused,
+            cursor_hex=cursor_hex,
+            message=f"paused at cursor {cursor_hex!r} {tail}",
+            **counts,
+        )
+    if isinstance(outcome, _Panicked):
+        cursor_hex = stats.cursor_hex or ""  # a resume starts from b"" without a checkpoint
+        return JobOutcome(
+            ok=False,
+            paused=True,
+            status=RunStatus.Paused,
+            cursor_hex=cursor_hex,
+            error=outcome.error,
+            message=(
+                f"{outcome.error} {tail}: paused at cursor {cursor_hex!r}, "
+                "the next trigger resumes it"
+            ),
+            **counts,
+        )
+    error = redact_secrets(outcome.message)
+    return JobOutcome(
+        ok=False,
+        status=RunStatus.Failed,
+        cursor_hex=stats.cursor_hex,
+        error=error,
+        message=f"{error} {tail}",
+        **counts,
+    )
+
+
+def _read_back(provider: RunStoreProvider, run_id: str) -> RunSummary | None:
+    """The run as stored now, or None when it is gone or cannot be read."""
+    try:
+        return provider.get_run_by_id(run_id)
+    except Exception as exc:
+        log.warning("run %s: could not read it back: %s", run_id, describe_exception(exc))
+        return None

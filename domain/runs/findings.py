@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
+from uuid import UUID
 
 MAX_KIND_LENGTH = 100
 MAX_RESOURCE_ID_LENGTH = 500
@@ -28,7 +30,7 @@ class Finding:
     run_id: str
     kind: str
     severity: Severity
-    resource_id: str | None
+    resource_id: str | None  #: a UUID recorded as such is kept as its canonical text
     detail: dict[str, Any]
     created_at: datetime
 
@@ -45,9 +47,11 @@ class Finding:
         }
 
 
-def zero_severity_counts() -> dict[str, int]:
-    """Every severity at 0, worst first, so reports always show all three."""
-    return {s.value: 0 for s in Severity}
+def present_severity_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """Only the severities a run has findings of (as the spec's GROUP BY), worst first."""
+    order = {s.value: i for i, s in enumerate(Severity)}
+    present = {str(k): int(v) for k, v in counts.items() if v}
+    return dict(sorted(present.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
 def check_severity(severity: Severity | str) -> Severity:
@@ -67,11 +71,19 @@ def check_kind(kind: object) -> str:
 
 
 def check_resource_id(resource_id: object) -> str | None:
-    """A resource id is optional but, when given, a bounded string."""
+    """A resource id is optional; a UUID is kept as its canonical text, a string as given.
+
+    Strings are allowed because planq's own resources (jobs, plans) have ULIDs, not UUIDs.
+    """
     if resource_id is None:
         return None
+    if isinstance(resource_id, UUID):
+        return str(resource_id)
     if not isinstance(resource_id, str) or len(resource_id) > MAX_RESOURCE_ID_LENGTH:
-        raise ValueError(f"resource_id must be a string of at most {MAX_RESOURCE_ID_LENGTH} chars")
+        raise ValueError(
+            f"resource_id must be a UUID or a string of at most {MAX_RESOURCE_ID_LENGTH} chars, "
+            f"got {type(resource_id).__name__}"
+        )
     return resource_id
 
 

@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeAlias, runtime_checkable
+from uuid import UUID
 
 from domain.runs.findings import Finding, Severity
 from domain.runs.outcome import RunOutcome
 from domain.runs.progress import ProgressKind
 from domain.runs.status import RunStatus
 from domain.runs.summary import RunSummary
+from domain.runs.sweep import SweepResult
 
 
 @runtime_checkable
@@ -45,10 +47,13 @@ class RunStore(Protocol):
         self,
         kind: str,
         severity: Severity | str,
-        resource_id: str | None,
+        resource_id: UUID | str | None,
         detail: dict[str, Any] | None,
     ) -> Finding:
-        """Store a finding and bump the run's finding_count, in one transaction."""
+        """Store a finding and bump the run's finding_count, in one transaction.
+
+        resource_id is the spec's UUID, or a string (planq's jobs and plans have ULIDs).
+        """
 
     def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
         """Engine only: the total counted at a fresh start, and whether it is exact."""
@@ -56,8 +61,12 @@ class RunStore(Protocol):
     def mark_completed(self) -> bool:
         """Engine only: active -> Completed; whether this call made the move."""
 
-    def mark_paused(self, cursor: bytes) -> bool:
-        """Engine only: active -> Paused at cursor; whether this call made the move."""
+    def mark_paused(self, cursor: bytes | None, error_message: str | None = None) -> bool:
+        """Engine only: active -> Paused; whether this call made the move.
+
+        cursor None keeps the last checkpointed cursor (the spec's Option); error_message
+        (redacted) says why a run was paused by an error rather than on request.
+        """
 
     def mark_failed(self, message: str) -> bool:
         """Engine only: active -> Failed with a redacted message; whether this call moved it."""
@@ -72,10 +81,13 @@ class Fresh:
 
 @dataclass(frozen=True, slots=True)
 class Resumed:
-    """open_or_start took a Paused run back to Running; carry on from cursor."""
+    """open_or_start took a Paused run back to Running; carry on from cursor.
+
+    cursor is b"" when the run was paused before its first checkpoint (never None).
+    """
 
     store: RunStore
-    cursor: bytes | None
+    cursor: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +108,16 @@ class RunStoreProvider(Protocol):
     def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
         """Start a run, resume the Paused one, or report the active one; race-safe."""
 
-    def boot_recovery_sweep(self, owner: str, stale_after: float) -> list[str]:
-        """Pause active runs of this (restarted) owner or silent for stale_after seconds."""
+    def boot_recovery_sweep(
+        self, owner: str | None = None, stale_after: float | None = None
+    ) -> SweepResult:
+        """Pause active (Running, CancelRequested) runs; how many (an int), and which.
+
+        No arguments: the spec's sweep, every active run ("server restart mid-run"), for a
+        single node, the embedded mode, or an operator after a full-fleet restart. With
+        owner and/or stale_after, the fleet-safe form: only runs this (restarted) owner
+        held, or silent for stale_after seconds ("worker restart mid-run").
+        """
 
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
         """Runs (of one job name), newest first."""
@@ -112,7 +132,7 @@ class RunStoreProvider(Protocol):
         """A run's findings in the order recorded, one page."""
 
     def finding_severity_counts(self, run_id: str) -> dict[str, int]:
-        """How many findings of each severity (all three keys, zeros included)."""
+        """How many findings of each severity present, worst first (no zero entries)."""
 
     def purge_terminal_runs(self, retention_days: float) -> int:
         """Delete Completed/Failed runs (and findings) done over max(1, days) days ago."""

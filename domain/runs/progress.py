@@ -36,9 +36,13 @@ class RunProgress:
 
 
 def derive_progress(
-    scanned: int, total: int | None, kind: ProgressKind = ProgressKind.count
+    scanned: int, total: int | None, kind: ProgressKind | None = None
 ) -> RunProgress | None:
-    """Progress, or None when the total is unknown or zero; not clamped, so overshoot shows."""
+    """Progress, or None when the total is unknown or zero; not clamped, so overshoot shows.
+
+    An unknown kind (None, as for a run seeded before kinds were stored) is count.
+    """
     if total is None or total <= 0:
         return None
+    kind = ProgressKind.count if kind is None else ProgressKind(kind)
     return RunProgress(fraction=scanned / total, kind=kind, scanned=scanned, total=total)

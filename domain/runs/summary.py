@@ -22,7 +22,7 @@ class RunSummary:
     completed_at: datetime | None
     stats: dict[str, int]
     params: dict[str, str] = field(default_factory=dict)
-    cursor: str | None = None  #: hex of the last checkpointed cursor
+    cursor_hex: str | None = None  #: hex of the last checkpointed cursor (None: never one)
     error_message: str | None = None
     progress: RunProgress | None = None
     owner: str | None = None
@@ -49,7 +49,7 @@ class RunSummary:
             "completed_at": self.completed_at.isoformat() if self.completed_at else None,
             "stats": dict(self.stats),
             "params": dict(self.params),
-            "cursor": self.cursor,
+            "cursor_hex": self.cursor_hex,
             "error_message": self.error_message,
             "progress": self.progress.as_dict() if self.progress else None,
         }
@@ -76,7 +76,7 @@ def build_summary(
     parsed = RunStatus.parse(status)
     if parsed is None:
         raise ValueError(f"run {run_id} has an unknown status {status!r}")
-    kind = ProgressKind(progress_kind) if progress_kind else ProgressKind.count
+    kind = ProgressKind(progress_kind) if progress_kind else None
     stats = {"scanned_count": scanned_count, "finding_count": finding_count}
     if progress_total is not None:
         stats["progress_total"] = progress_total
@@ -89,7 +89,7 @@ def build_summary(
         completed_at=completed_at,
         stats=stats,
         params=dict(params),
-        cursor=cursor.hex() if cursor is not None else None,
+        cursor_hex=cursor.hex() if cursor is not None else None,
         error_message=error_message,
         progress=derive_progress(scanned_count, progress_total, kind),
         owner=owner,

@@ -19,11 +19,11 @@ from domain.clock import utcnow
 from domain.ids import new_id
 from domain.payload import serialize_job_payload
 from domain.runs import Completed, Fresh, RunOutcome, RunStatus, RunStore
-from domain.runs.checks import SWEEP_ERROR
+from domain.runs.checks import SERVER_RESTART_ERROR, SWEEP_ERROR
 from store import Database
 from store.models import AsyncJobModel, PlanModel, RecoverableRunModel
 from tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
-from tasks.recoverable import register_recoverable_job, request_cancel
+from tasks.recoverable import boot_recovery_sweep, register_recoverable_job, request_cancel
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import embedded_runtime, make_app
 from tests.runs_support import JOB, findings, wait_run
@@ -208,7 +208,14 @@ def test_trigger_completes_with_exactly_the_seeded_findings(app: Celery, runtime
     assert run.owner is not None and run.owner.startswith("planq-embedded-")
     found = findings(runtime, run.id)
     assert sorted(found) == sorted(seed.expected)  # no duplicate, none missed
-    assert outcome["severity_counts"] == {"data_loss": 6, "inconsistent": 6, "anomaly": 0}
+    assert outcome["severity_counts"] == {"data_loss": 6, "inconsistent": 6}  # those present
+    assert outcome["extra"] == {
+        "completed": True,
+        "run_id": run.id,
+        "finding_count": 12,
+        "scanned_count": total,
+        "severity_counts": {"data_loss": 6, "inconsistent": 6},
+    }
     stale = [f for f in runtime.runs.list_findings(run.id) if f.kind == STALE_HEARTBEAT]
     assert stale[0].detail["age_seconds"] >= 3600 and stale[0].detail["job_timeout"] == 120.0
 
@@ -223,6 +230,11 @@ def test_trigger_while_active_is_skipped(app: Celery, runtime: Runtime) -> None:
 
     assert second["skipped"] == "already_running" and second["ok"] is True, second
     assert second["run_id"] == active.id and second["status"] == "Running"
+    assert second["extra"] == {
+        "skipped": "already_running",
+        "run_id": active.id,
+        "status": "Running",
+    }
     done = first.get(timeout=60)
     assert done["completed"] is True and done["scanned_count"] == total
     assert [r.id for r in runtime.runs.list_runs(JOB)] == [active.id]  # no twin was started
@@ -243,8 +255,9 @@ def test_cancel_pauses_at_the_cursor_and_a_trigger_resumes_there(
     assert paused["paused"] is True and paused["ok"] is True, paused
     run = runtime.runs.get_run_by_id(paused["run_id"])
     assert run is not None and run.status is RunStatus.Paused and run.error_message is None
-    assert run.cursor is not None and run.cursor == paused["cursor_hex"]
-    cursor_job_id = bytes.fromhex(run.cursor).decode()
+    assert run.cursor_hex is not None and run.cursor_hex == paused["cursor_hex"]
+    assert paused["extra"]["paused"] is True and paused["extra"]["cursor_hex"] == run.cursor_hex
+    cursor_job_id = bytes.fromhex(run.cursor_hex).decode()
     assert run.scanned_count == sum(1 for j in seed.jobs if j["job_id"] <= cursor_job_id)
     assert 100 <= run.scanned_count < total
     before = findings(runtime, run.id)
@@ -264,13 +277,71 @@ def test_a_bad_param_fails_the_run_with_a_clear_message(app: Celery, runtime: Ru
     outcome = trigger(app, batch_size=0).get(timeout=30)
 
     assert outcome["ok"] is False and outcome["status"] == "Failed", outcome
+    assert outcome["message"].startswith("ledger_consistency param batch_size must be in")
+    assert outcome["message"].endswith(f"(run_id={outcome['run_id']})")
     run = runtime.runs.get_run_by_id(outcome["run_id"])
     assert run is not None and run.error_message is not None
     assert "batch_size must be in [1, 10000]" in run.error_message
     assert "batch_size" not in run.params  # a bad value is never stored for a resume
 
 
+class Flaky:
+    """Raises after its first checkpoint (the spec's panic), completes when resumed."""
+
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.cursors: list[bytes | None] = []
+
+    def run_resumable(
+        self, store: RunStore, args: Mapping[str, Any], resume_cursor: bytes | None
+    ) -> RunOutcome:
+        self.cursors.append(resume_cursor)
+        if resume_cursor is None:
+            store.checkpoint(b"row-3", 3)
+            raise RuntimeError("lost the source: password=hunter2-secret")
+        store.checkpoint(b"row-8", 5)
+        return Completed()
+
+
+def test_a_raising_handler_pauses_its_run_and_the_next_trigger_resumes_it(app: Celery) -> None:
+    flaky = Flaky()
+    register_recoverable_job(app, flaky)  # before the worker starts, so it knows the task
+    with embedded_runtime(app) as rt:
+        first = app.tasks["planq.runs.flaky"].apply_async(ignore_result=False).get(timeout=30)
+
+        assert first["ok"] is False and first["paused"] is True, first  # the task did not raise
+        assert first["status"] == "Paused" and first["cursor_hex"] == b"row-3".hex()
+        assert "hunter2" not in str(first) and first["error"].startswith("RuntimeError: ")
+        run = rt.runs.get_run_by_id(first["run_id"])
+        assert run is not None and run.status is RunStatus.Paused
+        assert run.error_message == first["error"] and run.cursor_hex == b"row-3".hex()
+
+        second = app.tasks["planq.runs.flaky"].apply_async(ignore_result=False).get(timeout=30)
+
+        assert second["ok"] is True and second["completed"] is True, second
+        assert second["run_id"] == run.id and second["scanned_count"] == 8
+        assert flaky.cursors == [None, b"row-3"]
+
+
 # -- the boot recovery sweep ------------------------------------------------------------------
+def test_the_specs_sweep_without_arguments_pauses_every_active_run(app: Celery) -> None:
+    runs = runtime_for(app).runs
+    try:
+        opened = [runs.open_or_start(name, owner=f"{name}@host") for name in ("a", "b", "c")]
+        assert all(isinstance(o, Fresh) for o in opened)
+        runs.request_cancel("c")
+
+        swept = boot_recovery_sweep(app)  # one node, embedded, or after a full-fleet restart
+
+        assert swept == 3 and len(swept.run_ids) == 3
+        for run in runs.list_runs():
+            assert run.status is RunStatus.Paused and run.error_message == SERVER_RESTART_ERROR
+        assert boot_recovery_sweep(app) == 0
+    finally:
+        reset_runtime(app)
+
+
 def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(app: Celery) -> None:
     node = "sweeper@planq-test"
     runs = runtime_for(app).runs
@@ -303,7 +374,7 @@ def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(app: Celery
             assert swept is not None and swept.status is RunStatus.Paused, name
             assert swept.error_message == SWEEP_ERROR
         own = status["own"]
-        assert own is not None and own.cursor == b"job-0042".hex() and own.scanned_count == 42
+        assert own is not None and own.cursor_hex == b"job-0042".hex() and own.scanned_count == 42
         live = status["live_elsewhere"]
         assert live is not None and live.status is RunStatus.Running  # a live owner keeps it
     finally:
@@ -328,7 +399,7 @@ def test_the_periodic_sweep_pauses_only_runs_whose_worker_is_gone(app: Celery) -
         assert swept == [stale.store.run_id]
         orphan = runs.get_run_by_id(stale.store.run_id)
         assert orphan is not None and orphan.status is RunStatus.Paused
-        assert orphan.error_message == SWEEP_ERROR and orphan.cursor == b"job-0007".hex()
+        assert orphan.error_message == SWEEP_ERROR and orphan.cursor_hex == b"job-0007".hex()
         busy = runs.get_run_by_id(live.store.run_id)
         assert busy is not None and busy.status is RunStatus.Running
         assert app.tasks["planq.maintenance.sweep_stale_runs"]() == []  # idempotent

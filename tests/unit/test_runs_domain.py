@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -37,7 +38,14 @@ from domain.runs.checks import (
     purge_cutoff,
     stale_cutoff,
 )
-from domain.runs.findings import check_kind, check_severity, detail_from_json, detail_to_json
+from domain.runs.findings import (
+    check_kind,
+    check_resource_id,
+    check_severity,
+    detail_from_json,
+    detail_to_json,
+    present_severity_counts,
+)
 from domain.runs.summary import build_summary
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -123,6 +131,18 @@ def test_derive_progress_defaults_to_count() -> None:
     assert progress.as_dict() == {"fraction": 0.25, "kind": "count", "scanned": 1, "total": 4}
 
 
+def test_derive_progress_with_no_kind_is_count_as_in_the_spec() -> None:
+    # Spec: `let kind = kind.unwrap_or(ProgressKind::Count);`
+    progress = derive_progress(3, 12, None)
+    assert progress == RunProgress(0.25, ProgressKind.count, 3, 12)
+    assert derive_progress(3, None, None) is None and derive_progress(3, 0, None) is None
+
+
+def test_progress_kind_labels_round_trip() -> None:
+    assert [k.value for k in ProgressKind] == ["count", "approximate"]
+    assert all(ProgressKind(k.value) is k for k in ProgressKind)
+
+
 # -- findings ---------------------------------------------------------------------------------
 
 
@@ -155,6 +175,24 @@ def test_detail_json_round_trip_and_refusals() -> None:
 def test_finding_as_dict_is_json_ready() -> None:
     finding = Finding("F1", "R1", "orphan", Severity.data_loss, None, {"a": 1}, NOW)
     assert json.loads(json.dumps(finding.as_dict()))["severity"] == "data_loss"
+
+
+def test_resource_id_is_a_uuid_or_a_string() -> None:
+    resource = uuid.UUID("6f1c2b9e-8a4d-4e6f-9b1a-2c3d4e5f6a7b")
+    assert check_resource_id(resource) == "6f1c2b9e-8a4d-4e6f-9b1a-2c3d4e5f6a7b"
+    assert check_resource_id("01J00000000000000000000000") == "01J00000000000000000000000"
+    assert check_resource_id(None) is None
+    with pytest.raises(ValueError, match="UUID or a string"):
+        check_resource_id(42)
+    with pytest.raises(ValueError):
+        check_resource_id("x" * 501)
+
+
+def test_present_severity_counts_drop_zeros_worst_first() -> None:
+    assert present_severity_counts({}) == {}
+    counts = present_severity_counts({"anomaly": 2, "data_loss": 1, "inconsistent": 0})
+    assert counts == {"data_loss": 1, "anomaly": 2}
+    assert list(counts) == ["data_loss", "anomaly"]
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -236,7 +274,8 @@ def _summary(**overrides: object) -> dict[str, object]:
 
 def test_build_summary_derives_progress_and_hex_cursor() -> None:
     summary = build_summary(**_summary())  # type: ignore[arg-type]
-    assert summary.status is RunStatus.Paused and summary.cursor == "abcd"
+    assert summary.status is RunStatus.Paused and summary.cursor_hex == "abcd"
+    assert summary.as_dict()["cursor_hex"] == "abcd" and "cursor" not in summary.as_dict()
     assert summary.stats == {"scanned_count": 30, "finding_count": 2, "progress_total": 40}
     assert summary.progress == RunProgress(0.75, ProgressKind.approximate, 30, 40)
     assert json.loads(json.dumps(summary.as_dict()))["progress"]["fraction"] == 0.75
@@ -244,8 +283,13 @@ def test_build_summary_derives_progress_and_hex_cursor() -> None:
 
 def test_build_summary_without_total_or_cursor() -> None:
     summary = build_summary(**_summary(progress_total=None, progress_kind=None, cursor=None))  # type: ignore[arg-type]
-    assert summary.progress is None and summary.cursor is None
+    assert summary.progress is None and summary.cursor_hex is None
     assert "progress_total" not in summary.stats
+
+
+def test_build_summary_with_a_total_but_no_kind_is_count() -> None:
+    summary = build_summary(**_summary(progress_kind=None))  # type: ignore[arg-type]
+    assert summary.progress == RunProgress(0.75, ProgressKind.count, 30, 40)
 
 
 def test_build_summary_refuses_an_unknown_status() -> None:
@@ -256,23 +300,28 @@ def test_build_summary_refuses_an_unknown_status() -> None:
 def test_already_running_outcome() -> None:
     outcome = JobOutcome.already_running("R1", RunStatus.CancelRequested)
     assert outcome.ok and outcome.skipped == "already_running"
-    assert not outcome.completed and not outcome.paused
+    assert not outcome.completed and not outcome.paused and outcome.count == 0
+    assert outcome.extra == {
+        "skipped": "already_running",
+        "run_id": "R1",
+        "status": "CancelRequested",
+    }
     data = json.loads(json.dumps(outcome.as_dict()))
     assert data["status"] == "CancelRequested" and data["run_id"] == "R1"
-    assert data["severity_counts"] == {"data_loss": 0, "inconsistent": 0, "anomaly": 0}
+    assert data["severity_counts"] == {} and data["extra"] == outcome.extra
 
 
-@pytest.mark.parametrize(
-    ("status", "ok", "completed", "paused"),
-    [
-        ("Completed", True, True, False),
-        ("Paused", True, False, True),
-        ("Failed", False, False, False),
-    ],
-)
-def test_outcome_from_summary(status: str, ok: bool, completed: bool, paused: bool) -> None:
-    summary = build_summary(**_summary(status=status))  # type: ignore[arg-type]
-    outcome = JobOutcome.from_summary(summary, {"anomaly": 2}, "msg")
-    assert (outcome.ok, outcome.completed, outcome.paused) == (ok, completed, paused)
-    assert outcome.severity_counts == {"data_loss": 0, "inconsistent": 0, "anomaly": 2}
-    assert (outcome.scanned_count, outcome.finding_count, outcome.cursor_hex) == (30, 2, "abcd")
+def test_outcome_extra_is_the_specs_mapping() -> None:
+    counts = {"run_id": "R1", "finding_count": 3, "scanned_count": 30}
+    severities = {"data_loss": 1, "anomaly": 2}
+    completed = JobOutcome(ok=True, completed=True, severity_counts=severities, **counts)  # type: ignore[arg-type]
+    assert completed.extra == {"completed": True, **counts, "severity_counts": severities}
+    assert completed.count == 3
+    paused = JobOutcome(ok=True, paused=True, cursor_hex="abcd", **counts)  # type: ignore[arg-type]
+    assert paused.extra == {"paused": True, **counts, "cursor_hex": "abcd", "severity_counts": {}}
+    panicked = JobOutcome(ok=False, paused=True, cursor_hex="", error="E: x", **counts)  # type: ignore[arg-type]
+    assert panicked.extra["error"] == "E: x" and panicked.extra["cursor_hex"] == ""
+    assert panicked.count == 0
+    failed = JobOutcome(ok=False, status=RunStatus.Failed, message="boom (run_id=R1)")
+    assert failed.extra == {} and failed.count == 0
+    assert json.loads(json.dumps(completed.as_dict()))["extra"] == completed.extra
