@@ -15,6 +15,18 @@ class ProgressKind(Enum):
     count = "count"
     approximate = "approximate"
 
+    def as_str(self) -> str:
+        """The stored spelling (what parse() reads back)."""
+        return self.value
+
+    @classmethod
+    def parse(cls, text: str) -> ProgressKind | None:
+        """The kind spelled text, or None for anything unknown."""
+        try:
+            return cls(text)
+        except ValueError:
+            return None
+
 
 @dataclass(frozen=True, slots=True)
 class RunProgress:

@@ -140,7 +140,9 @@ def test_derive_progress_with_no_kind_is_count_as_in_the_spec() -> None:
 
 def test_progress_kind_labels_round_trip() -> None:
     assert [k.value for k in ProgressKind] == ["count", "approximate"]
-    assert all(ProgressKind(k.value) is k for k in ProgressKind)
+    assert [k.as_str() for k in ProgressKind] == ["count", "approximate"]
+    assert all(ProgressKind.parse(k.as_str()) is k for k in ProgressKind)
+    assert ProgressKind.parse("Count") is None and ProgressKind.parse("cursor") is None
 
 
 # -- findings ---------------------------------------------------------------------------------
