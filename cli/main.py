@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from cli import services
+from cli.api.server import api_command
 from cli.jobs import jobs_app
 from cli.output import boundary
 from cli.plans import plans_app
@@ -32,6 +33,7 @@ app.add_typer(plans_app, name="plans")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(runs_app, name="runs")
 app.command("schedule")(schedule_command)
+app.command("api")(api_command)
 services.register(app)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.config import AsyncWorkerConfig
@@ -37,6 +37,12 @@ class PlanqSettings(BaseSettings):
     run_stale_after: float = Field(300.0, ge=60)
     #: Beat interval of the ledger_consistency scan; 0 = no beat entry (trigger it by hand).
     ledger_consistency_interval: float = Field(0.0, ge=0)
+    #: `planq api`: bearer token for the admin API; unset = no auth, bound to loopback only.
+    api_token: SecretStr | None = None
+    #: `planq api`: let reads through without the token (writes always need it).
+    api_open_reads: bool = False
+    #: `planq api`: where operators reach Flower; the dashboard links to it when set.
+    flower_url: str = ""
 
     @model_validator(mode="after")
     def _coherent(self) -> PlanqSettings:

@@ -1,0 +1,55 @@
+"""The app factory: one Planq session per process, the routers, the error rules, the dashboard."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from cli.api import dashboard, routes_ledger, routes_runs
+from cli.api.errors import install_error_handlers
+from cli.api.state import ApiState
+from cli.context import Planq
+
+logger = logging.getLogger("planq.api")
+
+
+def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
+    """The admin API on session (default: a Planq from the PLANQ_* environment).
+
+    Nothing connects here: the ledger and broker are reached on first use, so a service that
+    is down answers 503 on the routes that need it instead of stopping the process.
+    """
+    planq = session or Planq()
+    if settings is not None:
+        planq.settings = settings  # a cached_property: set before anything is built
+    state = ApiState(planq)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            planq.close()
+
+    app = FastAPI(
+        title="planq admin API",
+        summary="Recoverable runs, plans and their phase jobs; the dashboard at /.",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.api = state
+    install_error_handlers(app)
+    app.include_router(routes_runs.router)
+    app.include_router(routes_ledger.router)
+    app.include_router(dashboard.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, bool]:
+        """Liveness only (no ledger or broker call), for container healthchecks."""
+        return {"ok": True}
+
+    return app

@@ -1,0 +1,147 @@
+"""The job ledger over HTTP: plans (list, show, create, queue a phase) and their phase jobs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from cli import services
+from cli.api.auth import require_read, require_write
+from cli.api.models import (
+    CancelJobOut,
+    CleanupOut,
+    JobOut,
+    JobsPage,
+    PlanDetail,
+    PlanIn,
+    PlanOut,
+    PlansPage,
+    QueuedOut,
+    RetryOut,
+    StuckOut,
+)
+from cli.api.state import session
+from cli.context import Planq
+from domain.jobs import AsyncJobStatus
+from domain.plans import PlanPhase
+
+MAX_PAGE = 500
+
+router = APIRouter(prefix="/api/ledger", tags=["job ledger"])
+Session = Annotated[Planq, Depends(session)]
+PlanId = Annotated[str, Path(description="The plan's ULID.")]
+JobId = Annotated[str, Path(description="The job's ULID.")]
+Limit = Annotated[int, Query(ge=1, description=f"Clamped to {MAX_PAGE}.")]
+Offset = Annotated[int, Query(ge=0)]
+READ = [Depends(require_read)]
+WRITE = [Depends(require_write)]
+
+
+def plan_detail(planq: Planq, plan_id: str) -> PlanDetail:
+    """The plan, its jobs (oldest first) and the latest job of each phase."""
+    plan = services.find_plan(planq, plan_id)
+    jobs = [JobOut.of(j) for j in planq.runtime.jobs.list_by_plan(plan.plan_id)]
+    phases: dict[str, JobOut | None] = {p.value: None for p in PlanPhase}
+    for job in jobs:  # oldest first: the last one seen per phase is its latest
+        phases[job.phase] = job
+    return PlanDetail(
+        **PlanOut.of(plan).model_dump(), step_list=plan.steps, jobs=jobs, phases=phases
+    )
+
+
+@router.get("/plans", dependencies=READ)
+def list_plans(planq: Session, limit: Limit = 50, offset: Offset = 0) -> PlansPage:
+    """Plans, newest first."""
+    size = min(limit, MAX_PAGE)
+    plans = services.recent_plans(planq, size, offset)
+    return PlansPage(plans=[PlanOut.of(p) for p in plans], limit=size, offset=offset)
+
+
+@router.post("/plans", dependencies=WRITE, status_code=201)
+def create_plan(planq: Session, body: PlanIn) -> PlanOut:
+    """Store a new plan (state New); nothing is queued yet."""
+    return PlanOut.of(services.create_plan(planq, body.step_dicts(), name=body.name))
+
+
+@router.get("/plans/{plan_id}", dependencies=READ)
+def show_plan(planq: Session, plan_id: PlanId) -> PlanDetail:
+    """One plan, with its phase jobs, their progress and checkpoints."""
+    return plan_detail(planq, plan_id)
+
+
+@router.post(
+    "/plans/{plan_id}/{phase}",
+    dependencies=WRITE,
+    status_code=202,
+    responses={404: {}, 409: {}, 422: {}, 503: {}},
+)
+def queue_phase(planq: Session, plan_id: PlanId, phase: PlanPhase) -> QueuedOut:
+    """Queue the phase as a job: plan and row in one statement, then the message.
+
+    409 if the plan is not ready (execute needs Strategize/COMPLETE, apply Execute/COMPLETE).
+    """
+    plan, job = services.queue_phase(planq, plan_id, phase.value)
+    return QueuedOut(plan=PlanOut.of(plan), job=JobOut.of(job) if job else None)
+
+
+@router.get("/jobs", dependencies=READ)
+def list_jobs(
+    planq: Session,
+    status: Annotated[AsyncJobStatus | None, Query()] = None,
+    plan_id: Annotated[str | None, Query()] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> JobsPage:
+    """Phase jobs, oldest first, filtered by status and/or plan."""
+    size = min(limit, MAX_PAGE)
+    wanted = status.value if status else None
+    jobs = services.list_jobs(planq, wanted, plan_id, size, offset)
+    return JobsPage(
+        jobs=[JobOut.of(j) for j in jobs],
+        limit=size,
+        offset=offset,
+        status=wanted,
+        plan_id=plan_id.upper() if plan_id else None,
+    )
+
+
+@router.get("/jobs/{job_id}", dependencies=READ)
+def show_job(planq: Session, job_id: JobId) -> JobOut:
+    """One job: progress, heartbeat, dispatch and cancel facts, its checkpoint."""
+    return JobOut.of(services.find_job(planq, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel", dependencies=WRITE, responses={404: {}, 409: {}})
+def cancel_job(planq: Session, job_id: JobId) -> CancelJobOut:
+    """A queued job ends now; a running one stops at its next safe point; 409 if ended."""
+    outcome, job = services.cancel_job(planq, job_id)
+    return CancelJobOut(
+        outcome="cancelled" if outcome == "cancelled" else "cancel requested", job=JobOut.of(job)
+    )
+
+
+@router.post(
+    "/jobs/{job_id}/retry", dependencies=WRITE, status_code=202, responses={404: {}, 409: {}}
+)
+def retry_job(planq: Session, job_id: JobId) -> RetryOut:
+    """Queue a new attempt of a failed or cancelled job (from its checkpoint); 409 otherwise."""
+    job, published = services.retry_job(planq, job_id)
+    return RetryOut(job=JobOut.of(job), published=published)
+
+
+@router.post("/stuck", dependencies=WRITE)
+def detect_stuck(planq: Session) -> StuckOut:
+    """Stuck detection now: running jobs whose heartbeat expired become failed."""
+    expired, retried = services.detect_stuck(planq)
+    return StuckOut(
+        job_timeout_seconds=planq.settings.job_timeout,
+        expired=[JobOut.of(j) for j in expired],
+        retried=retried,
+    )
+
+
+@router.post("/cleanup", dependencies=WRITE)
+def cleanup(planq: Session) -> CleanupOut:
+    """Delete ended jobs older than PLANQ_JOB_TTL now (what beat does periodically)."""
+    return CleanupOut(deleted=services.cleanup_jobs(planq), job_ttl_seconds=planq.settings.job_ttl)

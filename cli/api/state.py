@@ -1,0 +1,50 @@
+"""The API process's one Planq session (settings, app, runtime), shared by every request."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fastapi import Request
+
+from cli.context import Planq
+
+
+class ApiState:
+    """The session and the settings the routes read; the runtime is built once, under a lock.
+
+    A Planq's parts are cached_property: built on first use. Requests run on a thread pool, so
+    the first ones would race to build the runtime (two ledger pools); the lock prevents it,
+    and a failed build (ledger down at start) is simply tried again by the next request.
+    """
+
+    def __init__(self, session: Planq) -> None:
+        self.session = session
+        self.settings: Any = session.settings
+        self._lock = threading.Lock()
+
+    def ready(self) -> Planq:
+        """The session with its runtime built (raises what building it raised)."""
+        if "runtime" not in self.session.__dict__:
+            with self._lock:
+                _ = self.session.runtime
+        return self.session
+
+    def redact(self, text: str) -> str:
+        """Redact text as the ledger does (default patterns plus PLANQ_REDACTION_PATTERNS)."""
+        from domain.redaction import redact_secrets
+
+        text = redact_secrets(text)
+        runtime = self.session.__dict__.get("runtime")
+        return runtime.redactor(text) if runtime is not None else text
+
+
+def api_state(request: Request) -> ApiState:
+    """The ApiState of the app serving this request."""
+    state: ApiState = request.app.state.api
+    return state
+
+
+def session(request: Request) -> Planq:
+    """Dependency: the ready Planq session."""
+    return api_state(request).ready()
