@@ -30,7 +30,7 @@ from bench.bench_executors import REDIS, started_key, tripped_key  # noqa: E402
 from domain.plans import Plan  # noqa: E402
 from store.migrate import upgrade  # noqa: E402
 from tasks.runtime import reset_runtime, runtime_for  # noqa: E402
-from worker_config.app import create_app  # noqa: E402
+from worker_config.factory import create_app  # noqa: E402
 from worker_config.settings import load_settings  # noqa: E402
 
 BROKER = os.environ.get("PLANQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")

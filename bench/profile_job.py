@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             PLANQ_DEFAULT_EXECUTOR=args.executor,
         )
         from tasks.runtime import reset_runtime, runtime_for
-        from worker_config.app import create_app
+        from worker_config.factory import create_app
         from worker_config.settings import load_settings
 
         app = create_app(load_settings())

@@ -758,7 +758,7 @@ def ledger_system(
         "BENCH_JOB_SECONDS": str(args.job_seconds),
     }
     os.environ.update(env)  # the producer apps read the same environment as the workers
-    from worker_config.app import create_app
+    from worker_config.factory import create_app
     from worker_config.settings import load_settings
 
     remaining = iter(plan_ids)
@@ -1122,14 +1122,8 @@ def main(argv: list[str] | None = None) -> int:
             databases.remove(db_name)
         ok = True
     finally:
-        for name in databases:
-            with contextlib.suppress(Exception):
-                from tasks.runtime import _runtimes
-
-                for rt in list(_runtimes.values()):
-                    rt.worker.tracker.close()
-                    rt.db.close()
-            drop_pg_database(args.pg_admin_url, name)
+        for name in databases:  # each system's close() already released its runtime
+            drop_pg_database(args.pg_admin_url, name)  # WITH (FORCE): left connections too
             log(f"dropped database {name}")
         broker.flushdb()
         if not ok:

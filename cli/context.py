@@ -21,12 +21,8 @@ BROKER_CHECK_TIMEOUT = 5.0
 def load_settings() -> Any:
     """PlanqSettings from the environment; BadInput (one line) if a value is invalid."""
     from domain.errors import ConfigurationError
+    from worker_config.settings import load_settings as load  # builds nothing at import
 
-    try:
-        # worker_config builds its module-level app at import and exits on a bad setting.
-        from worker_config.settings import load_settings as load
-    except SystemExit as exc:
-        raise BadInput(str(exc.code).removeprefix("planq: ")) from None
     try:
         return load()
     except ConfigurationError as exc:
@@ -35,7 +31,7 @@ def load_settings() -> Any:
 
 def build_app(settings: Any) -> Any:
     """The Celery app for these settings (tests may wrap this to add tasks)."""
-    from worker_config.app import create_app
+    from worker_config.factory import create_app
 
     return create_app(settings)
 

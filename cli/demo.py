@@ -29,8 +29,9 @@ from rich.table import Table
 from domain.errors import PlanqError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan, PlanPhase
+from tasks.embedded import EmbeddedWorker
 from tasks.runtime import Runtime, reset_runtime, runtime_for
-from worker_config.app import create_app
+from worker_config.factory import create_app
 from worker_config.settings import load_settings
 
 #: Deadlines: the demo fails with a clear message rather than hang.
@@ -290,13 +291,14 @@ def run_demo() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="planq-demo-"))
     console.print(f"ledger: sqlite:///{tmp / 'planq.db'}   broker: memory://")
     app: Celery | None = None
-    runtime: Runtime | None = None
+    embedded: EmbeddedWorker | None = None
     beat: EmbeddedBeat | None = None
     code = 0
     try:
         app = _demo_app(tmp)
         runtime = runtime_for(app)  # migrates the fresh SQLite ledger
-        runtime.worker.start()
+        embedded = EmbeddedWorker(runtime)
+        embedded.start()
         beat = EmbeddedBeat(app, tmp / "celerybeat-schedule")
         beat.start()
         console.print(
@@ -328,7 +330,7 @@ def run_demo() -> int:
         code = 1
     finally:
         try:
-            if not _shutdown(app, runtime, beat, console):
+            if not _shutdown(app, embedded, beat, console):
                 code = code or 1
         except KeyboardInterrupt:  # a second Ctrl-C: leave the daemon threads behind
             console.print("[yellow]interrupted during shutdown[/yellow]")
@@ -338,7 +340,7 @@ def run_demo() -> int:
 
 
 def _shutdown(
-    app: Celery | None, runtime: Runtime | None, beat: EmbeddedBeat | None, console: Console
+    app: Celery | None, embedded: EmbeddedWorker | None, beat: EmbeddedBeat | None, console: Console
 ) -> bool:
     """Stop beat, then the worker, each with a bound; whether both stopped cleanly."""
     clean = True
@@ -348,14 +350,14 @@ def _shutdown(
             clean = False
         ran = ", ".join(f"{name} x{n}" for name, n in sorted(beat.sent.items()))
         console.print(f"beat maintenance runs: {ran or 'none yet'}")
-    if app is not None and runtime is not None and not _stop_worker(runtime, app, console):
+    if app is not None and embedded is not None and not _stop_worker(embedded, app, console):
         clean = False
     return clean
 
 
-def _stop_worker(runtime: Runtime, app: Celery, console: Console) -> bool:
+def _stop_worker(embedded: EmbeddedWorker, app: Celery, console: Console) -> bool:
     """Stop the embedded worker (a bounded wait) and release the ledger; whether it stopped."""
-    stopper = threading.Thread(target=runtime.worker.stop, args=(10.0,), daemon=True)
+    stopper = threading.Thread(target=embedded.stop, args=(10.0,), daemon=True)
     stopper.start()
     stopper.join(15.0)
     if stopper.is_alive():

@@ -107,7 +107,7 @@ def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
         if not job.is_terminal or job.status.value == "succeeded":
             raise Refused(f"job {job.job_id} is {job.status.value}; only failed or cancelled retry")
         session.require_broker()
-        ledger = session.runtime.worker.ledger
+        ledger = session.runtime.ledger
         try:
             new = ledger.retry(job)
         except ValueError as exc:  # succeeded, queued or running: not retryable

@@ -55,7 +55,7 @@ def maintenance_outcome(session: Planq, short: str) -> dict[str, Any]:
         waiting = len(rt.jobs.list_stuck(cutoff, COUNT_CAP))
     elif short == "relay_dispatch":
         grace = settings.dispatch_grace
-        waiting = len(rt.worker.ledger.dispatch_due(grace, grace, COUNT_CAP))
+        waiting = len(rt.ledger.dispatch_due(grace, grace, COUNT_CAP))
     note = MAINTENANCE_NOTES.get(short, "not recorded")
     text = "n/a" if waiting is None else f"n/a ({waiting} {note})"
     return {"last_outcome": "n/a", "waiting": waiting, "note": note, "run": None, "text": text}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from domain.cancellation import CancellationToken
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
 from domain.health import WorkerHealthReport
@@ -21,12 +22,15 @@ from domain.ports import CancelOutcome, JobStore, PlanStore
 from domain.redaction import describe_exception
 from tasks import metrics
 from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
+from tasks.store_poller import StorePoller
 from tasks.tracker import WORKER_SHUTDOWN, JobTracker
 
 logger = logging.getLogger("planq.worker")
 
 #: Publishes jobs' messages (set by the Celery wiring; None in pure-engine use).
 Publish = Callable[[Sequence[AsyncJob]], None]
+#: Tells every worker process to look at the ledger for this job now (Celery's revoke).
+BroadcastCancel = Callable[[str], None]
 
 
 class PickupResult(StrEnum):
@@ -60,7 +64,11 @@ def worker_id_for(pid: int) -> str:
 
 
 class AsyncWorker:
-    """Claims, runs and finishes jobs; keeps counters; starts an embedded Celery worker."""
+    """Claims, runs and finishes jobs, and keeps the counters (the spec's AsyncWorker).
+
+    It runs jobs; it does not know Celery. Publishing a retry and broadcasting a cancel
+    are injected (`publish`, `broadcast_cancel`); its own start() polls its store.
+    """
 
     def __init__(
         self,
@@ -70,7 +78,7 @@ class AsyncWorker:
         plan_store: PlanStore | None = None,
         *,
         publish: Publish | None = None,
-        app: Any = None,
+        broadcast_cancel: BroadcastCancel | None = None,
         worker_id: str | None = None,
     ) -> None:
         if not isinstance(config, AsyncWorkerConfig):
@@ -85,13 +93,15 @@ class AsyncWorker:
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
         )
         self.publish = publish
-        self.app = app
+        self.broadcast_cancel = broadcast_cancel
         self.worker_id = worker_id or default_worker_id()
         self.health = WorkerHealthReport(self.worker_id)
         self.tracker = JobTracker(
             lambda ids: self.ledger.heartbeat(ids, self.worker_id), config.heartbeat_interval
         )
-        self._embedded: Any = None
+        self._poller = StorePoller(
+            job_store, self.run_job, config.max_workers, config.poll_interval
+        )
 
     # -- one job ---------------------------------------------------------------------
     def pickup_and_execute(self, job: AsyncJob) -> PickupResult:
@@ -133,7 +143,9 @@ class AsyncWorker:
             self._maybe_retry(job)
         return outcome.result
 
-    def _run_executor(self, job: AsyncJob, token: Any, plan: Plan | None) -> Outcome:
+    def _run_executor(
+        self, job: AsyncJob, token: CancellationToken, plan: Plan | None
+    ) -> Outcome:
         ctx = JobContext(
             job=job,
             token=token,
@@ -154,7 +166,7 @@ class AsyncWorker:
         return Outcome(AsyncJobStatus.succeeded, None, PickupResult.succeeded)
 
     @staticmethod
-    def _stopped(token: Any) -> Outcome:
+    def _stopped(token: CancellationToken) -> Outcome:
         if token.reason == WORKER_SHUTDOWN:
             return Outcome(
                 AsyncJobStatus.failed, "interrupted: worker shutdown", PickupResult.interrupted
@@ -207,8 +219,15 @@ class AsyncWorker:
         if not outcome.accepted:
             return False
         self.tracker.cancel_local(job_id.upper())
-        if outcome is not CancelOutcome.cancelled and self.app is not None:
-            broadcast_cancel(self.app, job_id.upper())
+        if outcome is not CancelOutcome.cancelled and self.broadcast_cancel is not None:
+            try:
+                self.broadcast_cancel(job_id.upper())
+            except Exception as exc:  # the durable request still reaches it via the heartbeat
+                logger.warning(
+                    "cancel broadcast for %s failed (%s); the heartbeat will deliver it",
+                    job_id,
+                    exc,
+                )
         return True
 
     def detect_stuck_jobs(self) -> StuckReport:
@@ -253,30 +272,26 @@ class AsyncWorker:
         report["running"] = self.is_running
         return report
 
-    # -- embedded Celery worker --------------------------------------------------------
+    # -- the spec's own loop: poll this worker's store, run on max_workers threads -------
     @property
     def is_running(self) -> bool:
-        """Whether the embedded worker is started."""
-        return self._embedded is not None
+        """Whether the poll loop is started."""
+        return self._poller.is_running
 
     def start(self) -> None:
-        """Run an in-process Celery worker (threads pool) and a relay for unsent rows."""
-        if self._embedded is not None:
-            return
-        if self.app is None:
-            raise RuntimeError("start() needs the Celery app (AsyncWorker(..., app=app))")
-        from tasks.embedded import EmbeddedWorker
+        """Run the queued jobs of this worker's own store on max_workers threads.
 
-        self._embedded = EmbeddedWorker(self)
-        self._embedded.start()
+        No broker is involved (on a Celery fleet the broker delivers instead; see
+        tasks/embedded.py for an in-process Celery worker). A second start does nothing.
+        """
+        self._poller.start()
 
     def stop(self, timeout: float = 30.0) -> None:
-        """Trip every in-flight token, wait for those jobs to end, stop the worker."""
-        if self._embedded is None:
+        """Trip every in-flight token (warm shutdown), wait for those jobs, stop the pool."""
+        if not self._poller.is_running:
             return
-        embedded, self._embedded = self._embedded, None
         self.tracker.cancel_all(WORKER_SHUTDOWN)
-        embedded.stop(timeout)
+        self._poller.stop(timeout)
 
 
 def _single(executor: Executor) -> ExecutorRegistry:
@@ -285,13 +300,3 @@ def _single(executor: Executor) -> ExecutorRegistry:
     for phase in PlanPhase:
         registry.register(phase, executor)
     return registry
-
-
-def broadcast_cancel(app: Any, job_id: str) -> None:
-    """Ask every worker to look at the ledger for job_id now (revoke without terminate)."""
-    try:
-        app.control.revoke(job_id)
-    except Exception as exc:  # the durable request still reaches it via the heartbeat
-        logger.warning(
-            "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
-        )

@@ -48,7 +48,7 @@ def bridge_revoke(state: Any, job_ids: list[str]) -> None:
     runtime = runtime_for(state.app)
     for job_id in job_ids:
         try:
-            outcome = runtime.worker.ledger.cancel(job_id)
+            outcome = runtime.ledger.cancel(job_id)
         except Exception:
             logger.exception("revoke %s: ledger cancel failed", job_id)
             continue
@@ -73,7 +73,7 @@ def planq_revoke(
     hosted = {job_id: _child_pids(job_id) for job_id in job_ids} if can_terminate else {}
     original = getattr(planq_revoke, _ORIGINAL)
     reply = original(state, task_id, terminate=can_terminate, signal=signal, **kwargs)
-    ledger = runtime_for(state.app).worker.ledger
+    ledger = runtime_for(state.app).ledger
     for job_id, pids in hosted.items():
         job = ledger.jobs.get(job_id) if pids else None
         for pid in pids if job is not None else []:

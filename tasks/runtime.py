@@ -37,7 +37,12 @@ class RuntimeConfig:
 
 
 class Runtime:
-    """The process's ledger connection, engine, lifecycle service and publisher."""
+    """Everything one process needs, built once here (the composition root) and handed down.
+
+    settings (RuntimeConfig) -> database -> stores -> ledger -> services -> Celery wiring.
+    The one door for ledger writes is `ledger` (claim, finish, progress, cancel, retry,
+    stamps); reads go through the stores (`jobs`, `plans`, `runs`).
+    """
 
     def __init__(self, app: Any, config: RuntimeConfig) -> None:
         self.app = app
@@ -50,9 +55,15 @@ class Runtime:
         self.jobs, self.plans = sql_ledger(self.db)
         self.executors = ExecutorRegistry.from_settings(config.executors, config.default_executor)
         self.worker = AsyncWorker(
-            config.worker, self.jobs, self.executors, self.plans, publish=self.publish, app=app
+            config.worker,
+            self.jobs,
+            self.executors,
+            self.plans,
+            publish=self.publish,
+            broadcast_cancel=self.broadcast_cancel,
         )
-        self.stamps = DispatchStamps(self.worker.ledger.mark_dispatched)
+        self.ledger = self.worker.ledger
+        self.stamps = DispatchStamps(self.ledger.mark_dispatched)
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish
         )
@@ -72,6 +83,10 @@ class Runtime:
                     self._task(job).publish_job(job, producer=producer)
         self.stamps.add(job.job_id for job in jobs)
 
+    def broadcast_cancel(self, job_id: str) -> None:
+        """Ask every worker to look at the ledger for job_id now (revoke, no terminate)."""
+        self.app.control.revoke(job_id)
+
     def _task(self, job: AsyncJob) -> Any:
         return self.app.tasks[f"planq.{job.phase.value}_plan"]
 
@@ -79,34 +94,62 @@ class Runtime:
         """Forget the parent's pooled connections (never close them: the parent uses them)."""
         self.db.dispose_after_fork()
 
+    def close(self) -> None:
+        """Stamp what is pending, stop the heartbeat thread, close the connections."""
+        self.stamps.close()
+        self.worker.tracker.close()
+        self.db.close()
 
-_lock = threading.Lock()
-_runtimes: dict[int, Runtime] = {}
+
+class RuntimeHolder:
+    """The app's Runtime in this process: built on first use, and again after a fork.
+
+    It lives on the app (`app.planq`), so there is no registry of apps to keep in step.
+    """
+
+    def __init__(self, app: Any, config: RuntimeConfig) -> None:
+        self.app = app
+        self.config = config
+        self._runtime: Runtime | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Runtime:
+        """The Runtime of this process (a forked child drops the parent's, builds its own)."""
+        runtime = self._runtime
+        if runtime is not None and runtime.pid == os.getpid():
+            return runtime
+        with self._lock:
+            runtime = self._runtime
+            if runtime is not None and runtime.pid == os.getpid():
+                return runtime
+            if runtime is not None:
+                runtime.dispose_after_fork()
+            self._runtime = Runtime(self.app, self.config)
+            return self._runtime
+
+    def reset(self) -> None:
+        """Close and drop this process's Runtime (tests and embedded restarts)."""
+        with self._lock:
+            runtime, self._runtime = self._runtime, None
+        if runtime is not None and runtime.pid == os.getpid():
+            runtime.close()
+
+
+def attach_runtime(app: Any, config: RuntimeConfig) -> None:
+    """Give app its per-process Runtime holder (the composition root calls this once)."""
+    app.planq = RuntimeHolder(app, config)
 
 
 def runtime_for(app: Any) -> Runtime:
     """The Runtime for app in this process, built on first use (and again after a fork)."""
-    key = id(app)
-    runtime = _runtimes.get(key)
-    if runtime is not None and runtime.pid == os.getpid():
-        return runtime
-    with _lock:
-        runtime = _runtimes.get(key)
-        if runtime is not None and runtime.pid == os.getpid():
-            return runtime
-        if runtime is not None:
-            runtime.dispose_after_fork()
-        config: RuntimeConfig = app.conf.planq_runtime
-        runtime = Runtime(app, config)
-        _runtimes[key] = runtime
-        return runtime
+    holder: RuntimeHolder | None = getattr(app, "planq", None)
+    if holder is None:
+        raise RuntimeError(f"{app!r} is not a planq app (build it with worker_config.create_app)")
+    return holder.get()
 
 
 def reset_runtime(app: Any) -> None:
-    """Drop the cached Runtime (tests and embedded restarts)."""
-    with _lock:
-        runtime = _runtimes.pop(id(app), None)
-    if runtime is not None:
-        runtime.stamps.close()
-        runtime.worker.tracker.close()
-        runtime.db.close()
+    """Drop the app's Runtime in this process, closing its connections."""
+    holder: RuntimeHolder | None = getattr(app, "planq", None)
+    if holder is not None:
+        holder.reset()

@@ -17,10 +17,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from domain.jobs import AsyncJobStatus
 from domain.ports import JobStore
+from tasks.embedded import EmbeddedWorker
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.support import wait_for
-from worker_config.app import create_app
 from worker_config.celery_config import ALL_QUEUES
+from worker_config.factory import create_app
 from worker_config.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,16 +42,24 @@ def make_app(broker_url: str, database_url: str, **overrides: Any) -> Celery:
 
 
 @contextmanager
-def embedded_runtime(app: Celery, start: bool = True) -> Iterator[Runtime]:
-    """The app's runtime with its in-process worker started; everything closed after."""
-    runtime = runtime_for(app)
+def embedded_worker(app: Celery, start: bool = True) -> Iterator[EmbeddedWorker]:
+    """An in-process Celery worker (threads) for the app's runtime; everything closed after."""
+    worker = EmbeddedWorker(runtime_for(app))
     if start:
-        runtime.worker.start()
+        worker.start()
     try:
-        yield runtime
+        yield worker
     finally:
-        runtime.worker.stop()
+        worker.stop()
+        worker.runtime.worker.stop()  # the store poller, if a test started it
         reset_runtime(app)
+
+
+@contextmanager
+def embedded_runtime(app: Celery, start: bool = True) -> Iterator[Runtime]:
+    """The app's runtime with an in-process Celery worker started; everything closed after."""
+    with embedded_worker(app, start) as worker:
+        yield worker.runtime
 
 
 def wait_for_status(

@@ -13,7 +13,7 @@ from pathlib import Path
 from cli.demo import foreign_tasks
 from domain.jobs import AsyncJobStatus
 from store import Database, sql_ledger
-from worker_config.app import create_app
+from worker_config.factory import create_app
 from worker_config.settings import PlanqSettings, load_settings
 
 

@@ -19,7 +19,7 @@ from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.plans import Plan, PlanPhase, PlanStatus
 from store import Database
 from tasks.runtime import Runtime
-from tests.celery_support import embedded_runtime, make_app, wait_for_status
+from tests.celery_support import embedded_runtime, embedded_worker, make_app, wait_for_status
 from tests.executors_for_tests import REDIS, runs_key
 from tests.support import wait_for
 
@@ -91,16 +91,15 @@ def test_wrong_plan_state_is_refused_in_the_producer(app: Celery) -> None:
     assert queue_len(app, "planq.execute") == 0
 
 
-def test_start_and_stop_are_idempotent(app: Celery) -> None:
-    with embedded_runtime(app, start=False) as rt:
-        worker = rt.worker
+def test_embedded_start_and_stop_are_idempotent(app: Celery) -> None:
+    with embedded_worker(app, start=False) as worker:
         assert worker.is_running is False
         worker.start()
         worker.start()
         assert worker.is_running is True
-        plan = ready_plan(rt)
+        plan = ready_plan(worker.runtime)
         result = app.tasks["planq.strategize_plan"].delay(plan.plan_id)
-        wait_for_status(rt.jobs, result.id, AsyncJobStatus.succeeded)
+        wait_for_status(worker.runtime.jobs, result.id, AsyncJobStatus.succeeded)
         worker.stop()
         worker.stop()
         assert worker.is_running is False
@@ -170,14 +169,15 @@ def test_stop_trips_in_flight_tokens_and_keeps_checkpoints(app: Celery) -> None:
     slow = make_app(
         app.conf.broker_url, app.conf.planq_runtime.database_url, default_executor=f"{EXEC}:slow"
     )
-    with embedded_runtime(slow) as rt:
+    with embedded_worker(slow) as worker:
+        rt = worker.runtime
         plan = ready_plan(rt)
         result = slow.tasks["planq.strategize_plan"].delay(plan.plan_id)
         wait_for(
             lambda: (rt.jobs.get(result.id) or AsyncJob.model_construct()).checkpoint,
             what="a first checkpoint",
         )
-        rt.worker.stop()
+        worker.stop()
         job = rt.jobs.get(result.id)
         assert job is not None
         assert job.status is AsyncJobStatus.failed

@@ -28,7 +28,7 @@ from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import embedded_runtime, make_app
 from tests.runs_support import JOB, findings, wait_run
 from tests.support import flush_redis, wait_for
-from worker_config.app import create_app
+from worker_config.factory import create_app
 from worker_config.settings import load_settings
 
 TASK = f"planq.runs.{JOB}"

@@ -8,7 +8,7 @@ from sqlalchemy.engine import make_url
 from tasks.maintenance import register_maintenance_tasks
 from tasks.phase_tasks import register_phase_tasks
 from tasks.recoverable import install_recoverable_runs
-from tasks.runtime import RuntimeConfig
+from tasks.runtime import RuntimeConfig, attach_runtime
 from tasks.signals import connect_signals
 from worker_config.celery_config import celery_config
 from worker_config.settings import PlanqSettings, load_settings
@@ -32,8 +32,9 @@ def create_app(settings: PlanqSettings | None = None, main: str = "planq") -> Ce
     settings = settings or load_settings()
     app = Celery(main, set_as_current=False)
     app.conf.update(celery_config(settings))
-    app.conf.planq_runtime = runtime_config(settings)
-    app.conf.planq_settings = settings
+    config = runtime_config(settings)
+    app.conf.planq_runtime = config
+    attach_runtime(app, config)  # each process builds its Runtime from it on first use
     register_phase_tasks(app)
     register_maintenance_tasks(app)
     connect_signals(app)
