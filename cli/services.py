@@ -232,16 +232,11 @@ def retry_job(session: Planq, job_id: str) -> tuple[Any, bool]:
         raise Refused(f"job {job.job_id} is {job.status.value}; only failed or cancelled retry")
     session.require_broker()
     try:
-        new = session.runtime.worker.ledger.retry(job)
+        new, published = session.runtime.worker.retry_job(job)
     except ValueError as exc:
         raise Refused(str(exc)) from None
     if new is None:
         raise Refused(f"job {job.job_id} was already retried, or its plan has moved on")
-    published = True
-    try:
-        session.runtime.publish([new])
-    except Exception:  # the row is durable: the dispatch relay sends it later
-        published = False
     session.runtime.stamps.flush()
     return session.runtime.jobs.get(new.job_id), published
 

@@ -45,8 +45,8 @@ class PickupResult(StrEnum):
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """The status to write and the error to keep."""
+class Verdict:
+    """What running the executor decided: the status to write and the error to keep."""
 
     status: AsyncJobStatus
     error: str | None
@@ -127,25 +127,23 @@ class AsyncWorker:
         job, plan = claimed
         token = self.tracker.track(job.job_id)
         try:
-            outcome = self._run_executor(job, token, plan)
+            verdict = self._run_executor(job, token, plan)
         finally:
             self.tracker.untrack(job.job_id)
         wrote = ride_out_outage(
-            lambda: self.ledger.finish(job, outcome.status, outcome.error, self.worker_id),
+            lambda: self.ledger.finish(job, verdict.status, verdict.error, self.worker_id),
             f"finish {job.job_id}",
         )
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return PickupResult.finished_elsewhere
-        self._count(outcome.result)
-        self._observe(job, outcome.status)
-        if outcome.status is AsyncJobStatus.failed:
+        self._count(verdict.result)
+        self._observe(job, verdict.status)
+        if verdict.status is AsyncJobStatus.failed:
             self._maybe_retry(job)
-        return outcome.result
+        return verdict.result
 
-    def _run_executor(
-        self, job: AsyncJob, token: CancellationToken, plan: Plan | None
-    ) -> Outcome:
+    def _run_executor(self, job: AsyncJob, token: CancellationToken, plan: Plan | None) -> Verdict:
         ctx = JobContext(
             job=job,
             token=token,
@@ -160,18 +158,18 @@ class AsyncWorker:
                 return self._stopped(token)
             error = describe_exception(exc)
             logger.warning("job %s failed: %s", job.job_id, error)
-            return Outcome(AsyncJobStatus.failed, error, PickupResult.failed)
+            return Verdict(AsyncJobStatus.failed, error, PickupResult.failed)
         if token.is_cancelled:
             return self._stopped(token)
-        return Outcome(AsyncJobStatus.succeeded, None, PickupResult.succeeded)
+        return Verdict(AsyncJobStatus.succeeded, None, PickupResult.succeeded)
 
     @staticmethod
-    def _stopped(token: CancellationToken) -> Outcome:
+    def _stopped(token: CancellationToken) -> Verdict:
         if token.reason == WORKER_SHUTDOWN:
-            return Outcome(
+            return Verdict(
                 AsyncJobStatus.failed, "interrupted: worker shutdown", PickupResult.interrupted
             )
-        return Outcome(AsyncJobStatus.cancelled, None, PickupResult.cancelled)
+        return Verdict(AsyncJobStatus.cancelled, None, PickupResult.cancelled)
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
         ride_out_outage(
@@ -204,24 +202,39 @@ class AsyncWorker:
         stored = self.job_store.get(job.job_id)
         if stored is None:
             return None
-        new = self.ledger.retry(stored)
-        if new is not None and self.publish is not None:
+        return self.retry_job(stored)[0]
+
+    def retry_job(self, job: AsyncJob) -> tuple[AsyncJob | None, bool]:
+        """Queue a new attempt of an ended job, then publish it: (new row, published).
+
+        The one retry-then-publish (the retry policy, the stuck sweep and operators use
+        it). The new row is durable before its message; a failed publish is left to the
+        dispatch relay. None when a retry exists already or the plan moved on.
+        """
+        new = self.ledger.retry(job)
+        if new is None or self.publish is None:
+            return new, False
+        try:
             self.publish([new])
-        return new
+        except Exception as exc:  # the row is durable: the relay sends it after its grace
+            logger.warning("retry %s queued, not yet published (%s)", new.job_id, exc)
+            return new, False
+        return new, True
 
     # -- operator actions --------------------------------------------------------------
     def cancel_job(self, job_id: str) -> bool:
         """Record the cancel durably, trip the token here, broadcast; False if unknown/ended."""
         if not isinstance(job_id, str) or not job_id.strip():
             raise ValueError("job_id must be a non-empty string")
-        outcome = self.ledger.cancel(job_id.upper())
+        job_id = job_id.strip().upper()  # normalised once, here at the boundary
+        outcome = self.ledger.cancel(job_id)
         metrics.cancel_requested(outcome.value)
         if not outcome.accepted:
             return False
-        self.tracker.cancel_local(job_id.upper())
+        self.tracker.cancel_local(job_id)
         if outcome is not CancelOutcome.cancelled and self.broadcast_cancel is not None:
             try:
-                self.broadcast_cancel(job_id.upper())
+                self.broadcast_cancel(job_id)
             except Exception as exc:  # the durable request still reaches it via the heartbeat
                 logger.warning(
                     "cancel broadcast for %s failed (%s); the heartbeat will deliver it",
