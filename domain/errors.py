@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PlanqError(Exception):
     """Something in planq went wrong."""
@@ -104,3 +106,32 @@ class RunNotActiveError(PlanqError):
 
 class BatchError(PlanqError, ValueError):
     """A batch of plan ids cannot be queued as given (empty, not a list, a plan twice)."""
+
+
+class JobFailedError(PlanqError):
+    """The job ended failed; `error` is the redacted text its ledger row keeps.
+
+    What `AsyncResult.get()` raises for it: planq's own type, never an exception rebuilt
+    from the worker's, so callers can catch it without knowing the executor's classes.
+    """
+
+    def __init__(self, job_id: str, error: str | None, info: dict[str, Any] | None = None) -> None:
+        self.job_id = job_id
+        self.error = error
+        self.info: dict[str, Any] = dict(info or {})
+        super().__init__(f"job {job_id} failed: {error or 'no error recorded'}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id, self.error, self.info))
+
+
+class JobCancelledError(PlanqError):
+    """The job ended cancelled (cancel_job, revoke, Flower); its checkpoint is in `info`."""
+
+    def __init__(self, job_id: str, info: dict[str, Any] | None = None) -> None:
+        self.job_id = job_id
+        self.info: dict[str, Any] = dict(info or {})
+        super().__init__(f"job {job_id} was cancelled")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id, self.info))

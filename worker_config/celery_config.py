@@ -25,8 +25,8 @@ def celery_config(settings: PlanqSettings) -> dict[str, Any]:
         "result_serializer": "json",
         "accept_content": ["json"],
         "event_serializer": "json",
-        # The ledger is the result store.
-        "result_backend": None,
+        # The ledger is the result store: AsyncResult reads the job's row, nothing is written.
+        "result_backend": "tasks.result_backend:LedgerBackend",
         "task_ignore_result": True,
         # A killed worker's job is redelivered; pickup's CAS stops a double run.
         "task_acks_late": True,
