@@ -59,9 +59,13 @@ JS = r"""
   const shown = new Map();
   let findings = null;
 
-  const hash = location.hash.match(/(?:^#|&)token=([^&]+)/);
-  if (hash) {  // a link with #token=… (never sent to a server): keep it for this tab only
-    sessionStorage.setItem(KEY, decodeURIComponent(hash[1]));
+  const hash = new URLSearchParams(location.hash.slice(1));
+  if (hash.has("token")) {  // a link with #token=… (never sent to a server): this tab only
+    sessionStorage.setItem(KEY, hash.get("token"));
+  }
+  if (hash.has("findings")) findings = { run: hash.get("findings"), offset: "0" };
+  if (sessionStorage.getItem(KEY)) document.getElementById("token-form").hidden = true;
+  if (hash.has("token") || hash.has("findings")) {
     history.replaceState(null, "", location.pathname + location.search);
   }
   const auth = () => {

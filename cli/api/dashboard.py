@@ -2,7 +2,8 @@
 
 The page shell carries no ledger data and needs no token; its sections are HTML fragments
 behind the same read rule as the JSON API, fetched by the page's small script with the
-bearer token (kept in the tab's sessionStorage, given once as `/#token=…` or in the form).
+bearer token (kept in the tab's sessionStorage, given once as `/#token=…` or in the form;
+`&findings=<job>/<run id>` opens a run's findings).
 When reads need no token, the shell arrives with the sections already rendered.
 """
 
@@ -18,7 +19,7 @@ from fastapi.responses import HTMLResponse, Response
 from cli import services
 from cli.api import assets, fragments
 from cli.api.auth import reads_need_token, require_read
-from cli.api.models import FindingOut, JobOut, RunSummaryOut
+from cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
 from cli.api.routes_ledger import plan_detail
 from cli.api.routes_runs import MAX_FINDINGS, recoverable_job
 from cli.api.state import api_state, session
@@ -50,9 +51,18 @@ def runs_section(planq: Planq) -> str:
 
 
 def plans_section(planq: Planq) -> str:
-    """Recent plans with the latest job of each phase."""
-    plans = services.recent_plans(planq, PLANS_SHOWN)
-    return fragments.plans_table([(p, plan_detail(planq, p.plan_id).phases) for p in plans])
+    """Recent plans with the latest job of each phase.
+
+    A plan whose job rows do not load (a corrupt payload: what ledger_consistency reports)
+    shows why in its own row; the other plans still render.
+    """
+    rows: list[tuple[PlanOut, dict[str, JobOut | None] | str]] = []
+    for plan in services.recent_plans(planq, PLANS_SHOWN):
+        try:
+            rows.append((PlanOut.of(plan), plan_detail(planq, plan.plan_id).phases))
+        except ValueError as exc:
+            rows.append((PlanOut.of(plan), f"its jobs do not load: {one_line(exc)}"))
+    return fragments.plans_table(rows)
 
 
 def jobs_section(planq: Planq) -> str:

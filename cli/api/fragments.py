@@ -13,6 +13,7 @@ from cli.api.models import (
     SEVERITY_ORDER,
     FindingOut,
     JobOut,
+    PlanOut,
     RecoverableJobOut,
     RunOutcomeOut,
     RunSummaryOut,
@@ -135,13 +136,16 @@ def job_cell(job: JobOut | None) -> str:
     return " ".join(parts)
 
 
-def plans_table(plans: list[tuple[Any, dict[str, JobOut | None]]]) -> str:
-    """Plans newest first, with their three phases side by side."""
+def plans_table(plans: list[tuple[PlanOut, dict[str, JobOut | None] | str]]) -> str:
+    """Plans newest first, with their three phases side by side (or why they cannot show)."""
     if not plans:
         return '<p class="muted">No plans yet.</p>'
     rows = []
     for plan, phases in plans:
-        cells = "".join(f'<td class="phase">{job_cell(j)}</td>' for j in phases.values())
+        if isinstance(phases, str):
+            cells = f'<td colspan="3">{error_box(phases)}</td>'
+        else:
+            cells = "".join(f'<td class="phase">{job_cell(j)}</td>' for j in phases.values())
         rows.append(
             f'<tr data-plan="{escape(plan.plan_id)}"><td>{e(plan.name)}<br>'
             f"{short(plan.plan_id)}</td><td>{e(plan.state)}</td>{cells}</tr>"
