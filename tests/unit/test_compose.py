@@ -32,8 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 
-SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower"}
-PLANQ_SERVICES = {"migrate", "worker", "beat", "flower"}
+SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "api"}
+PLANQ_SERVICES = {"migrate", "worker", "beat", "flower", "api"}
+#: Settings only `planq api` reads: the other services are not given its token.
+API_ONLY = {"PLANQ_API_TOKEN", "PLANQ_API_OPEN_READS", "PLANQ_FLOWER_URL"}
 #: Read by compose itself (the worker's command line), never by planq's settings.
 COMPOSE_KNOBS = {"PLANQ_WORKER_CONCURRENCY", "PLANQ_WORKER_QUEUES"}
 #: Settings whose compose default is the fleet's own address, not planq's local default.
@@ -226,6 +228,25 @@ def test_depends_on_waits_for_healthy_services_and_the_migration(
                 assert "healthcheck" in services[dep], dep
 
 
+def test_the_api_runs_planq_api_with_a_required_token(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    import typer.main
+
+    from cli.main import app
+
+    api = services["api"]
+    args = argv(api)
+    assert args[:2] == ["planq", "api"]
+    command = typer.main.get_command(app).commands["api"]  # type: ignore[attr-defined]
+    params = command.make_context("api", args[2:]).params  # the CLI's own option parser
+    assert params["host"] == "0.0.0.0" and any(
+        p.endswith(f":{params['port']}") for p in api["ports"]
+    )
+    assert environment(api)["PLANQ_API_TOKEN"].startswith("${PLANQ_API_TOKEN:?")
+    assert f"127.0.0.1:{params['port']}/healthz" in " ".join(api["healthcheck"]["test"])
+
+
 def test_planq_db_upgrade_is_a_cli_command() -> None:
     from typer.testing import CliRunner
 
@@ -282,7 +303,8 @@ def test_planq_names_are_settings_fields(
     read = {n for n in interpolations(compose) if n.startswith("PLANQ_")}
     assert {n.removeprefix("PLANQ_").lower() for n in read - COMPOSE_KNOBS} - fields == set()
     for name in PLANQ_SERVICES:  # one anchor: every planq process sees the same settings
-        assert passed <= set(environment(services[name]))
+        assert passed - API_ONLY <= set(environment(services[name]))
+    assert set(environment(services["api"])) >= API_ONLY
 
 
 def test_defaults_match_the_settings_and_env_example(
