@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from cli.api import dashboard, routes_ledger, routes_runs
+from cli.api.docs import install_docs
 from cli.api.errors import install_error_handlers
 from cli.api.state import ApiState
 from cli.context import Planq
@@ -40,12 +41,15 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
         summary="Recoverable runs, plans and their phase jobs; the dashboard at /.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # served by install_docs, without a CDN
+        redoc_url=None,
     )
     app.state.api = state
     install_error_handlers(app)
     app.include_router(routes_runs.router)
     app.include_router(routes_ledger.router)
     app.include_router(dashboard.router)
+    install_docs(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, bool]:

@@ -362,6 +362,20 @@ def test_auth_refuses_requests_without_the_token(
     assert api.get("/api/ledger/plans").json()["plans"] == []  # nothing was created
     assert api.get("/api/admin/jobs/ledger_consistency/runs").json() == []
     assert api.get("/healthz", token=None).json() == {"ok": True}
+    docs = api.get("/docs", token=None)  # the OpenAPI page, with nothing from a CDN
+    assert docs.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in docs.text
+    assert "cdn" not in docs.text.lower()
+    assert api.get("/docs/assets/swagger-ui-bundle.js", token=None).status_code == 200
+    paths = api.get("/openapi.json", token=None).json()["paths"]
+    assert {
+        "/api/admin/jobs",
+        "/api/admin/jobs/{name}/trigger",
+        "/api/admin/jobs/{name}/cancel",
+        "/api/admin/jobs/{name}/runs",
+        "/api/admin/jobs/{name}/runs/{run_id}",
+        "/api/admin/jobs/{name}/runs/{run_id}/findings",
+        "/api/admin/jobs/runs/purge",
+    } <= set(paths)
     shell = api.get("/", token=None)
     assert shell.status_code == 200 and "loading" in shell.text  # the shell, no data
 
@@ -425,13 +439,16 @@ def test_bad_input_is_422_and_writes_nothing(
 
 def test_a_ledger_or_broker_outage_is_503_with_a_reason(redis_url: str, ledger_url: str) -> None:
     dead_ledger = ApiServer(
-        api_settings(redis_url, f"postgresql+psycopg://planq@127.0.0.1:{free_port()}/gone")
+        api_settings(
+            redis_url, f"postgresql+psycopg://planq:pw-SECRET-1@127.0.0.1:{free_port()}/gone"
+        )
     )
     try:
         for path in ("/api/ledger/plans", f"{ADMIN}/runs", "/dashboard/fragments/runs"):
             down = dead_ledger.get(path)
             assert down.status_code == 503, down.text
             assert down.json()["message"].startswith("ledger: ")
+            assert "pw-SECRET-1" not in down.text
             no_traceback(down)
         assert dead_ledger.post(f"{ADMIN}/trigger").status_code == 503
     finally:
