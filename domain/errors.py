@@ -104,6 +104,27 @@ class RunNotActiveError(PlanqError):
         super().__init__(f"run {run_id} is not active (status {status!r}); stop working on it")
 
 
+class RunFencedError(RunNotActiveError):
+    """The process lost the run: its lease was revoked (swept) or taken by a later open.
+
+    Every write of a run carries the lease epoch its store was opened with; a write under
+    an older epoch is refused with this error and changes nothing. The engine turns it into
+    "stop now, write nothing". A RunNotActiveError, so handlers that stop on that still do.
+    """
+
+    def __init__(
+        self, run_id: str, held_epoch: int, current_epoch: int | None, status: str | None
+    ) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.held_epoch = held_epoch
+        self.current_epoch = current_epoch
+        now = "" if current_epoch is None else f", now {current_epoch}, status {status!r}"
+        PlanqError.__init__(
+            self, f"run {run_id} is no longer held by this process (lease epoch {held_epoch}{now})"
+        )
+
+
 class BatchError(PlanqError, ValueError):
     """A batch of plan ids cannot be queued as given (empty, not a list, a plan twice)."""
 

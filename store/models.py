@@ -165,6 +165,11 @@ class RecoverableRunModel(Base):
     progress_total: Mapped[int | None] = mapped_column(BigInteger)
     progress_kind: Mapped[str | None] = mapped_column(String(16))
     error_message: Mapped[str | None] = mapped_column(Text)
+    #: The lease: bumped at every open/resume and by a sweep; every write of the run's
+    #: store carries it in its WHERE, so a process that lost the run writes nothing.
+    lease_epoch: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    #: The owner process's own liveness (batched heartbeat), independent of checkpoints.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         CheckConstraint(_in("status", RUN_STATUSES), name="status"),

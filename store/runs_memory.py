@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -62,6 +63,8 @@ class _Run:
     progress_total: int | None = None
     progress_kind: str | None = None
     error_message: str | None = None
+    lease_epoch: int = 1
+    heartbeat_at: datetime | None = None
 
     def summary(self) -> RunSummary:
         return build_summary(
@@ -79,6 +82,8 @@ class _Run:
             progress_total=self.progress_total,
             progress_kind=self.progress_kind,
             error_message=self.error_message,
+            lease_epoch=self.lease_epoch,
+            heartbeat_at=self.heartbeat_at,
         )
 
 
@@ -92,16 +97,22 @@ class _Tables:
 
 
 class InMemoryRunStore(BoundRun):
-    """One run's store in memory."""
+    """One run's store in memory, under one lease (the same fencing as the SQL store)."""
 
-    def __init__(self, tables: _Tables, run_id: str, started_at: datetime, clock: Clock) -> None:
+    def __init__(
+        self, tables: _Tables, run_id: str, started_at: datetime, clock: Clock, epoch: int
+    ) -> None:
         self._tables = tables
-        super().__init__(run_id, started_at, clock)
+        super().__init__(run_id, started_at, clock, epoch)
 
     def _row(self) -> _Run:
+        """The row if it is still this store's lease (RunNotFound, RunFenced otherwise)."""
+        self._check_held()
         row = self._tables.runs.get(self._run_id)
         if row is None:
             raise RunNotFoundError(self._run_id)
+        if row.lease_epoch != self._epoch:
+            raise self._fenced(row.lease_epoch, row.status.as_str())
         return row
 
     def _active_row(self) -> _Run:
@@ -111,7 +122,7 @@ class InMemoryRunStore(BoundRun):
         return row
 
     def status(self) -> RunStatus:
-        """The run's status now."""
+        """The run's status now; RunFencedError when it is no longer this store's."""
         with self._tables.lock:
             return self._row().status
 
@@ -129,7 +140,7 @@ class InMemoryRunStore(BoundRun):
         """Store a per-run config value."""
         check_param(key, value)
         with self._tables.lock:
-            self._row().params[key] = value
+            self._active_row().params[key] = value
 
     def get_string_param(self, key: str) -> str | None:
         """A per-run config value, or None."""
@@ -157,7 +168,7 @@ class InMemoryRunStore(BoundRun):
             created_at=self._clock(),
         )
         with self._tables.lock:
-            self._row().finding_count += 1
+            self._active_row().finding_count += 1
             self._tables.findings.setdefault(self._run_id, []).append((finding, detail_json))
         return finding
 
@@ -165,15 +176,19 @@ class InMemoryRunStore(BoundRun):
         """Record the start-time total and its kind."""
         check_total(total)
         with self._tables.lock:
-            row = self._tables.runs.get(self._run_id)
-            if row is not None:
-                row.progress_total = total
-                row.progress_kind = ProgressKind(kind).value
+            if self._tables.runs.get(self._run_id) is None:
+                return
+            row = self._row()
+            row.progress_total = total
+            row.progress_kind = ProgressKind(kind).value
 
     def _finish(self, status: RunStatus, **values: Any) -> bool:
+        """CAS active -> status under this lease; RunFencedError when the lease is gone."""
         with self._tables.lock:
-            row = self._tables.runs.get(self._run_id)
-            if row is None or not row.status.is_active:
+            if self._tables.runs.get(self._run_id) is None:
+                return False
+            row = self._row()
+            if not row.status.is_active:
                 return False
             row.status = status
             for name, value in values.items():
@@ -213,7 +228,7 @@ class InMemoryRunStoreProvider:
         self._clock = clock
 
     def _bind(self, row: _Run) -> InMemoryRunStore:
-        return InMemoryRunStore(self._tables, row.id, row.started_at, self._clock)
+        return InMemoryRunStore(self._tables, row.id, row.started_at, self._clock, row.lease_epoch)
 
     def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
         """Start, resume the Paused run, or report the active one."""
@@ -231,6 +246,7 @@ class InMemoryRunStoreProvider:
             )
             if current is None:
                 row = _Run(new_id(), job_name, RunStatus.Running, owner, now, now)
+                row.heartbeat_at = now
                 self._tables.runs[row.id] = row
                 return Fresh(self._bind(row))
             if current.status is not RunStatus.Paused:
@@ -238,7 +254,9 @@ class InMemoryRunStoreProvider:
             current.status = RunStatus.Running
             current.owner = owner
             current.last_progress_at = now
+            current.heartbeat_at = now
             current.error_message = None
+            current.lease_epoch += 1  # the new lease: the previous holder is fenced out
             return Resumed(self._bind(current), current.cursor or b"")
 
     def boot_recovery_sweep(
@@ -253,12 +271,29 @@ class InMemoryRunStoreProvider:
             for row in self._tables.runs.values():
                 if not row.status.is_active:
                     continue
-                stale = cutoff is not None and row.last_progress_at < cutoff
+                stale = (
+                    cutoff is not None
+                    and row.last_progress_at < cutoff
+                    and (row.heartbeat_at is None or row.heartbeat_at < cutoff)
+                )
                 if everything or stale or (owner is not None and row.owner == owner):
                     row.status = RunStatus.Paused
+                    row.lease_epoch += 1  # revoked: whoever held it can write no more
                     row.error_message = SERVER_RESTART_ERROR if everything else SWEEP_ERROR
                     flipped.append(row.id)
         return SweepResult(flipped)
+
+    def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
+        """Stamp heartbeat_at of the active runs still held under these leases; their ids."""
+        now = self._clock()
+        held: set[str] = set()
+        with self._tables.lock:
+            for run_id, epoch in leases.items():
+                row = self._tables.runs.get(run_id)
+                if row is not None and row.status.is_active and row.lease_epoch == epoch:
+                    row.heartbeat_at = now
+                    held.add(run_id)
+        return held
 
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
         """Runs, newest first."""

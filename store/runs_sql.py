@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from domain.clock import utcnow
-from domain.errors import ConcurrentUpdateError, RunNotActiveError, RunNotFoundError
+from domain.errors import (
+    ConcurrentUpdateError,
+    RunFencedError,
+    RunNotActiveError,
+    RunNotFoundError,
+)
 from domain.ids import new_id
 from domain.runs.checks import (
     SERVER_RESTART_ERROR,
@@ -60,6 +66,7 @@ _NON_TERMINAL = [s.value for s in NON_TERMINAL_RUN_STATUSES]
 _TERMINAL = [s.value for s in TERMINAL_RUN_STATUSES]
 _OPEN_ATTEMPTS = 5
 _PURGE_BATCH = 500
+_HEARTBEAT_CHUNK = 200  #: leases per heartbeat statement (a process holds a few runs)
 
 
 def to_summary(row: RecoverableRunModel) -> RunSummary:
@@ -79,6 +86,8 @@ def to_summary(row: RecoverableRunModel) -> RunSummary:
         progress_total=row.progress_total,
         progress_kind=row.progress_kind,
         error_message=row.error_message,
+        lease_epoch=row.lease_epoch,
+        heartbeat_at=row.heartbeat_at,
     )
 
 
@@ -100,38 +109,71 @@ def _rowcount(result: Any) -> int:
 
 
 class SqlRunStore(BoundRun):
-    """One run's store: what its handler (and the engine) may write to that row."""
+    """One run's store: what its handler (and the engine) may write to that row.
 
-    def __init__(self, database: Database, run_id: str, started_at: datetime, clock: Clock) -> None:
+    Every write is fenced: its WHERE carries the run id AND this store's lease epoch (and,
+    for all but the purge-safe reads, an active status), so a process that lost the run
+    (swept, then resumed by another worker) changes nothing and gets RunFencedError.
+    """
+
+    def __init__(
+        self, database: Database, run_id: str, started_at: datetime, clock: Clock, epoch: int
+    ) -> None:
         self.db = database
-        super().__init__(run_id, started_at, clock)
+        super().__init__(run_id, started_at, clock, epoch)
 
-    def _read_status(self) -> RunStatus | None:
+    def _read_state(self) -> tuple[RunStatus | None, int] | None:
+        """(status, lease epoch) of the row, or None when it is gone."""
         with self.db.session() as s:
-            text = s.scalar(select(R.status).where(R.id == self._run_id))
-        return None if text is None else RunStatus.parse(text)
+            row = s.execute(select(R.status, R.lease_epoch).where(R.id == self._run_id)).first()
+        return None if row is None else (RunStatus.parse(row.status), int(row.lease_epoch))
 
     def status(self) -> RunStatus:
-        """STATUS: SELECT status (the handler's cancel poll)."""
-        status = self._read_status()
-        if status is None:
+        """STATUS: SELECT status, lease_epoch (the handler's cancel poll, and its fence)."""
+        self._check_held()
+        state = self._read_state()
+        if state is None:
             raise RunNotFoundError(self._run_id)
+        status, epoch = state
+        if epoch != self._epoch:
+            raise self._fenced(epoch, status.as_str() if status is not None else None)
+        if status is None:
+            raise ValueError(f"run {self._run_id} has an unknown status")
         return status
 
+    def _held(self) -> Any:
+        """WHERE id AND lease_epoch: this store's lease."""
+        return and_(R.id == self._run_id, R.lease_epoch == self._epoch)
+
     def _update_active(self, **values: Any) -> bool:
-        """One UPDATE … WHERE id AND status IN (Running, CancelRequested)."""
-        stmt = update(R).where(R.id == self._run_id, R.status.in_(_ACTIVE)).values(**values)
+        """One UPDATE … WHERE id AND lease_epoch AND status IN (Running, CancelRequested)."""
+        self._check_held()
+        stmt = update(R).where(self._held(), R.status.in_(_ACTIVE)).values(**values)
         with self.db.session() as s:
             return bool(_rowcount(s.execute(stmt)))
 
-    def _not_active(self) -> RunNotActiveError | RunNotFoundError:
-        status = self._read_status()
-        if status is None:
+    def _refused(self) -> RunNotActiveError | RunNotFoundError:
+        """Why a fenced write changed nothing: gone, lost (another lease), or not active."""
+        state = self._read_state()
+        if state is None:
             return RunNotFoundError(self._run_id)
-        return RunNotActiveError(self._run_id, status.as_str())
+        status, epoch = state
+        text = status.as_str() if status is not None else None
+        if epoch != self._epoch:
+            return self._fenced(epoch, text)
+        return RunNotActiveError(self._run_id, text)
+
+    def _final(self, **values: Any) -> bool:
+        """A final CAS: False when gone or already ended; RunFencedError when lost."""
+        if self._update_active(**values):
+            return True
+        refused = self._refused()
+        if isinstance(refused, RunFencedError):
+            raise refused
+        return False
 
     def checkpoint(self, cursor: bytes, delta_count: int) -> None:
-        """CHECKPOINT: one UPDATE of cursor, scanned_count and the heartbeat."""
+        """CHECKPOINT: one fenced UPDATE of cursor, scanned_count and last progress."""
         check_cursor(cursor)
         check_delta(delta_count)
         if not self._update_active(
@@ -139,21 +181,26 @@ class SqlRunStore(BoundRun):
             scanned_count=R.scanned_count + delta_count,
             last_progress_at=self._clock(),
         ):
-            raise self._not_active()
+            raise self._refused()
 
     def set_string_param(self, key: str, value: str) -> None:
         """PARAM SET: read-modify-write of params_json under a row lock."""
         check_param(key, value)
+        self._check_held()
         with self.db.session() as s:
-            stored = s.scalar(select(R.params_json).where(R.id == self._run_id).with_for_update())
+            stored = s.scalar(
+                select(R.params_json).where(self._held(), R.status.in_(_ACTIVE)).with_for_update()
+            )
             if stored is None:
-                raise RunNotFoundError(self._run_id)
+                raise self._refused()
             params = params_from_json(stored)
             if params.get(key) == value:
                 return
             params[key] = value
             s.execute(
-                update(R).where(R.id == self._run_id).values(params_json=params_to_json(params))
+                update(R)
+                .where(self._held(), R.status.in_(_ACTIVE))
+                .values(params_json=params_to_json(params))
             )
 
     def get_string_param(self, key: str) -> str | None:
@@ -170,7 +217,7 @@ class SqlRunStore(BoundRun):
         resource_id: UUID | str | None,
         detail: dict[str, Any] | None,
     ) -> Finding:
-        """FINDING: UPDATE finding_count (locks the run, proves it exists), then INSERT."""
+        """FINDING: fenced UPDATE finding_count (locks the run, proves it ours), then INSERT."""
         detail_json = detail_to_json(detail)
         finding = Finding(
             id=new_id(),
@@ -181,12 +228,15 @@ class SqlRunStore(BoundRun):
             detail=detail_from_json(detail_json),
             created_at=self._clock(),
         )
+        self._check_held()
         with self.db.session() as s:
             bumped = s.execute(
-                update(R).where(R.id == self._run_id).values(finding_count=R.finding_count + 1)
+                update(R)
+                .where(self._held(), R.status.in_(_ACTIVE))
+                .values(finding_count=R.finding_count + 1)
             )
             if not _rowcount(bumped):
-                raise RunNotFoundError(self._run_id)
+                raise self._refused()
             s.execute(
                 insert(F).values(
                     id=finding.id,
@@ -201,21 +251,24 @@ class SqlRunStore(BoundRun):
         return finding
 
     def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
-        """SEED: UPDATE progress_total and progress_kind."""
+        """SEED: fenced UPDATE of progress_total and progress_kind."""
         check_total(total)
+        self._check_held()
         with self.db.session() as s:
-            s.execute(
+            seeded = s.execute(
                 update(R)
-                .where(R.id == self._run_id)
+                .where(self._held())
                 .values(progress_total=total, progress_kind=ProgressKind(kind).value)
             )
+        if not _rowcount(seeded):
+            refused = self._refused()
+            if isinstance(refused, RunFencedError):
+                raise refused
 
     def mark_completed(self) -> bool:
         """COMPLETE: CAS active -> Completed."""
         now = self._clock()
-        return self._update_active(
-            status=RunStatus.Completed.value, completed_at=now, last_progress_at=now
-        )
+        return self._final(status=RunStatus.Completed.value, completed_at=now, last_progress_at=now)
 
     def mark_paused(self, cursor: bytes | None, error_message: str | None = None) -> bool:
         """PAUSE: CAS active -> Paused at cursor (None: the last checkpoint stays)."""
@@ -227,12 +280,12 @@ class SqlRunStore(BoundRun):
             values["cursor"] = check_cursor(cursor)
         if error_message is not None:
             values["error_message"] = clean_error(error_message)
-        return self._update_active(**values)
+        return self._final(**values)
 
     def mark_failed(self, message: str) -> bool:
         """FAIL: CAS active -> Failed with a redacted, bounded message."""
         now = self._clock()
-        return self._update_active(
+        return self._final(
             status=RunStatus.Failed.value,
             completed_at=now,
             last_progress_at=now,
@@ -247,8 +300,8 @@ class SqlRunStoreProvider:
         self.db = database
         self._clock = clock
 
-    def _bind(self, run_id: str, started_at: datetime) -> SqlRunStore:
-        return SqlRunStore(self.db, run_id, started_at, self._clock)
+    def _bind(self, run_id: str, started_at: datetime, epoch: int) -> SqlRunStore:
+        return SqlRunStore(self.db, run_id, started_at, self._clock, epoch)
 
     def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
         """OPEN: read the non-terminal run, then resume it, report it, or insert a new one."""
@@ -265,7 +318,7 @@ class SqlRunStoreProvider:
         now = self._clock()
         with self.db.session() as s:
             current = s.execute(
-                select(R.id, R.status, R.cursor, R.started_at)
+                select(R.id, R.status, R.cursor, R.started_at, R.lease_epoch)
                 .where(R.job_name == job_name, R.status.in_(_NON_TERMINAL))
                 .with_for_update()
             ).first()
@@ -276,23 +329,31 @@ class SqlRunStoreProvider:
                         s.execute(insert(R).values(**self._new_row(run_id, job_name, owner, now)))
                 except IntegrityError:
                     return None
-                return Fresh(self._bind(run_id, now))
+                return Fresh(self._bind(run_id, now, 1))
             status = RunStatus(current.status)
             if status is not RunStatus.Paused:
                 return AlreadyActive(current.id, status)
+            epoch = int(current.lease_epoch) + 1  # the new lease fences out the previous one
             resumed = s.execute(
                 update(R)
-                .where(R.id == current.id, R.status == RunStatus.Paused.value)
+                .where(
+                    R.id == current.id,
+                    R.status == RunStatus.Paused.value,
+                    R.lease_epoch == current.lease_epoch,
+                )
                 .values(
                     status=RunStatus.Running.value,
                     owner=owner,
                     last_progress_at=now,
+                    heartbeat_at=now,
                     error_message=None,
+                    lease_epoch=epoch,
                 )
             )
             if not _rowcount(resumed):
                 return None
-            return Resumed(self._bind(current.id, current.started_at), current.cursor or b"")
+            store = self._bind(current.id, current.started_at, epoch)
+            return Resumed(store, current.cursor or b"")
 
     def _new_row(
         self, run_id: str, job_name: str, owner: str | None, now: datetime
@@ -308,26 +369,57 @@ class SqlRunStoreProvider:
             "scanned_count": 0,
             "finding_count": 0,
             "params_json": "{}",
+            "lease_epoch": 1,
+            "heartbeat_at": now,
         }
 
     def boot_recovery_sweep(
         self, owner: str | None = None, stale_after: float | None = None
     ) -> SweepResult:
-        """SWEEP: one UPDATE … RETURNING: every active run, or this owner's and the stale ones."""
+        """SWEEP: one UPDATE … RETURNING: every active run, or this owner's and the stale ones.
+
+        Stale = neither progress nor a heartbeat since the cut-off. The lease epoch is
+        bumped: whoever held a swept run can no longer write to it.
+        """
         check_owner(owner)
         cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
         scopes = []
         if owner is not None:
             scopes.append(R.owner == owner)
         if cutoff is not None:
-            scopes.append(R.last_progress_at < cutoff)
+            silent = or_(R.heartbeat_at.is_(None), R.heartbeat_at < cutoff)
+            scopes.append(and_(R.last_progress_at < cutoff, silent))
         stmt = update(R).where(R.status.in_(_ACTIVE))
         if scopes:
             stmt = stmt.where(or_(*scopes))
         error = SWEEP_ERROR if scopes else SERVER_RESTART_ERROR
-        stmt = stmt.values(status=RunStatus.Paused.value, error_message=error).returning(R.id)
+        stmt = stmt.values(
+            status=RunStatus.Paused.value, error_message=error, lease_epoch=R.lease_epoch + 1
+        ).returning(R.id)
         with self.db.session() as s:
             return SweepResult(s.scalars(stmt))
+
+    def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
+        """HEARTBEAT: one UPDATE … WHERE (id, lease_epoch) pairs AND active … RETURNING id."""
+        items = list(leases.items())
+        if not items:
+            return set()
+        now = self._clock()
+        held: set[str] = set()
+        with self.db.session() as s:
+            for start in range(0, len(items), _HEARTBEAT_CHUNK):
+                pairs = [
+                    and_(R.id == run_id, R.lease_epoch == epoch)
+                    for run_id, epoch in items[start : start + _HEARTBEAT_CHUNK]
+                ]
+                stmt = (
+                    update(R)
+                    .where(R.status.in_(_ACTIVE), or_(*pairs))
+                    .values(heartbeat_at=now)
+                    .returning(R.id)
+                )
+                held.update(s.scalars(stmt))
+        return held
 
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
         """LIST: newest first."""

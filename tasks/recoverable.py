@@ -14,6 +14,11 @@
   worker still owns. Owner = the Celery node name (`name@host`), stable across a restart.
 - A warm shutdown (CLI worker) asks this node's Running runs to stop: they end Paused at
   their next batch with the cursor kept, instead of holding the shutdown for hours.
+- Fencing: each process has ONE run heartbeat (`run_heartbeat(app)`, rebuilt after fork)
+  that stamps every run it holds in one statement per interval (stale_after / 6, at most
+  10 s), so the stale sweep never pauses a live run that checkpoints rarely. A run this
+  process lost (swept while it was frozen, then resumed elsewhere) refuses its writes
+  (lease epoch in every WHERE); the trigger stops and writes nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import os
 import re
 import socket
 import threading
+import weakref
+from collections.abc import Mapping
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -30,7 +37,14 @@ from celery import Celery
 from celery.signals import worker_init, worker_shutting_down
 
 from domain.outage import ride_out_outage
-from domain.runs import RecoverableJobHandler, RunStatus, SweepResult, run_or_resume
+from domain.runs import (
+    RecoverableJobHandler,
+    RunHeartbeat,
+    RunStatus,
+    SweepResult,
+    run_or_resume,
+)
+from domain.runs.heartbeat import interval_for
 from tasks import metrics
 from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from tasks.ledger_consistency import LedgerConsistencyHandler
@@ -45,6 +59,13 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 _registered: WeakKeyDictionary[Celery, dict[str, RecoverableJobHandler]] = WeakKeyDictionary()
 #: The node name of the worker this process runs for app (set on worker_init, kept by fork).
 _node_names: WeakKeyDictionary[Celery, str] = WeakKeyDictionary()
+#: PLANQ_RUN_STALE_AFTER of app (set by connect_recovery_signals); the heartbeat's pace.
+_stale_after: WeakKeyDictionary[Celery, float] = WeakKeyDictionary()
+#: The run heartbeat of this process for app, with the pid that built it (fork: rebuild).
+_heartbeats: WeakKeyDictionary[Celery, tuple[int, RunHeartbeat]] = WeakKeyDictionary()
+_heartbeats_lock = threading.Lock()
+#: The stale bound assumed when an app never had its recovery signals connected.
+DEFAULT_STALE_AFTER = 300.0
 
 
 def task_name(job_name: str) -> str:
@@ -72,6 +93,27 @@ def owner_for(app: Celery, request: Any = None) -> str:
     if node:
         return node
     return worker_node_name(getattr(request, "hostname", None))
+
+
+def run_heartbeat(app: Celery) -> RunHeartbeat:
+    """The run heartbeat of this process for app (built on first use, again after a fork)."""
+    pid = os.getpid()
+    with _heartbeats_lock:
+        held = _heartbeats.get(app)
+        if held is not None and held[0] == pid:
+            return held[1]
+        app_ref = weakref.ref(app)  # the heartbeat must not keep the app alive
+
+        def beat(leases: Mapping[str, int]) -> set[str]:
+            current = app_ref()
+            if current is None:  # the app is gone: nothing left to tell anyone
+                return set(leases)
+            return runtime_for(current).runs.heartbeat_runs(leases)
+
+        stale_after = _stale_after.get(app, DEFAULT_STALE_AFTER)
+        heartbeat = RunHeartbeat(beat, interval_for(stale_after))
+        _heartbeats[app] = (pid, heartbeat)
+        return heartbeat
 
 
 def check_handler(handler: object) -> str:
@@ -147,7 +189,9 @@ def register_recoverable_job(
         if args is not None and not isinstance(args, dict):
             raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
         owner = owner_for(app, self.request)
-        outcome = run_or_resume(handler, runtime_for(app).runs, args, owner=owner)
+        outcome = run_or_resume(
+            handler, runtime_for(app).runs, args, owner=owner, heartbeat=run_heartbeat(app)
+        )
         if outcome.skipped is None and outcome.status is not None:
             metrics.run_stopped(handler.name, outcome.status.as_str())
             if outcome.status in {RunStatus.Completed, RunStatus.Failed}:
@@ -215,6 +259,7 @@ def connect_recovery_signals(app: Celery, stale_after: float) -> None:
         raise TypeError(f"stale_after must be a number of seconds, got {stale_after!r}")
     if stale_after <= 0:
         raise ValueError(f"stale_after must be > 0 seconds, got {stale_after!r}")
+    _stale_after[app] = float(stale_after)
 
     @worker_init.connect(weak=False, dispatch_uid=f"planq-runs-sweep-{id(app)}")
     def _on_worker_init(sender: Any = None, **_: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from domain.runs.engine import describe_exception, record_or_log, run_or_resume
 from domain.runs.findings import Finding, Severity
+from domain.runs.heartbeat import RunHeartbeat
 from domain.runs.job_outcome import ALREADY_RUNNING, JobOutcome
 from domain.runs.outcome import Completed, Failed, Paused, RunOutcome
 from domain.runs.ports import (
@@ -41,6 +42,7 @@ __all__ = [
     "ProgressKind",
     "RecoverableJobHandler",
     "Resumed",
+    "RunHeartbeat",
     "RunOutcome",
     "RunProgress",
     "RunStatus",

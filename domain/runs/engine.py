@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from domain.errors import RunFencedError, RunNotActiveError
 from domain.redaction import redact_secrets
 from domain.runs.checks import check_total
 from domain.runs.findings import Finding, Severity
+from domain.runs.heartbeat import RunHeartbeat
 from domain.runs.job_outcome import JobOutcome
 from domain.runs.outcome import Completed, Failed, Paused, RunOutcome
 from domain.runs.ports import (
@@ -39,6 +41,7 @@ def run_or_resume(
     provider: RunStoreProvider,
     args: Mapping[str, Any] | None = None,
     owner: str | None = None,
+    heartbeat: RunHeartbeat | None = None,
 ) -> JobOutcome:
     """Run the handler's job once: fresh, resumed from its cursor, or skipped if already active.
 
@@ -47,6 +50,13 @@ def run_or_resume(
     write is logged (the run stays active; a sweep pauses it later, so nothing is lost).
     An exception escaping the handler is the spec's panic: the run ends Paused with the
     redacted error and its last checkpoint, and the next trigger resumes it.
+
+    Fencing: the store holds the run under a lease epoch, and `heartbeat` (the process's
+    RunHeartbeat; planq's Celery task always passes one) keeps the run alive in the ledger
+    while the handler works, however rarely it checkpoints. When this process loses the
+    run (swept, then resumed by another worker), the handler's next status() or write
+    raises RunFencedError; the engine then stops and writes nothing: no final state, no
+    pause, and the outcome says the run was lost (`lost`, not ok, status None).
     """
     try:
         opened = provider.open_or_start(handler.name, owner=owner)
@@ -59,15 +69,53 @@ def run_or_resume(
         return JobOutcome.already_running(opened.run_id, opened.status)
     store = opened.store
     resume_cursor = opened.cursor if isinstance(opened, Resumed) else None
-    if isinstance(opened, Fresh):
-        _seed_progress(handler, store)
-    outcome = _dispatch(handler, store, dict(args or {}), resume_cursor)
+    if heartbeat is not None:
+        heartbeat.track(store)
+    try:
+        if isinstance(opened, Fresh):
+            _seed_progress(handler, store)
+        outcome = _dispatch(handler, store, dict(args or {}), resume_cursor)
+    finally:
+        if heartbeat is not None:
+            heartbeat.untrack(store)
+    if isinstance(outcome, _Lost):
+        return _lost(handler, store, outcome.error)
+    if _lease_lost(store):  # the handler swallowed it, or the heartbeat saw it last
+        return _lost(handler, store, _fence_error(store))
     stats = _fetch_stats(provider, store.run_id)  # before the final write, as in the spec
-    moved, write_error = _finish(store, outcome)
+    try:
+        moved, write_error = _finish(store, outcome)
+    except RunFencedError as exc:
+        return _lost(handler, store, exc)
     report = _report(provider, store.run_id, outcome, stats, moved, write_error)
     level = logging.INFO if report.ok else logging.WARNING
     log.log(level, "job %s: %s", handler.name, report.message)
     return report
+
+
+def _lease_lost(store: RunStore) -> bool:
+    return bool(getattr(store, "lease_lost", False))
+
+
+def _fence_error(store: RunStore) -> RunFencedError:
+    """The error the store raises now that it knows it lost the run (no ledger read)."""
+    fallback = RunFencedError(store.run_id, int(getattr(store, "lease_epoch", 0)), None, None)
+    try:
+        store.status()
+    except RunFencedError as exc:
+        return exc
+    except Exception:
+        return fallback
+    return fallback
+
+
+def _lost(handler: RecoverableJobHandler, store: RunStore, error: RunFencedError) -> JobOutcome:
+    """The outcome of a trigger whose process lost its run: nothing more was written."""
+    message = (
+        f"lost the run: {error}; stopped without writing anything more (run_id={store.run_id})"
+    )
+    log.warning("job %s: %s", handler.name, message)
+    return JobOutcome(ok=False, run_id=store.run_id, message=message, error=message, lost=True)
 
 
 def record_or_log(
@@ -77,9 +125,15 @@ def record_or_log(
     resource_id: UUID | str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> Finding | None:
-    """Record a finding; a failed write is logged, never raised, so the scan goes on."""
+    """Record a finding; a failed write is logged, never raised, so the scan goes on.
+
+    Except when the run is no longer active or no longer ours (RunNotActiveError, and its
+    RunFencedError): that is raised, so the handler stops instead of scanning for nobody.
+    """
     try:
         return store.record_finding(kind, severity, resource_id, detail)
+    except RunNotActiveError:
+        raise
     except Exception as exc:
         log.warning(
             "run %s: could not record finding %s on %s: %s",
@@ -131,6 +185,13 @@ class _Panicked:
 
 
 @dataclass(frozen=True, slots=True)
+class _Lost:
+    """The handler hit the fence: this process no longer owns the run; write nothing."""
+
+    error: RunFencedError
+
+
+@dataclass(frozen=True, slots=True)
 class _Stats:
     """The run as stored when the handler returned; zeros when it could not be read."""
 
@@ -145,10 +206,16 @@ def _dispatch(
     store: RunStore,
     args: Mapping[str, Any],
     resume_cursor: bytes | None,
-) -> RunOutcome | _Panicked:
-    """Call the handler; an exception or a wrong return value is a panic (never Failed)."""
+) -> RunOutcome | _Panicked | _Lost:
+    """Call the handler; an exception or a wrong return value is a panic (never Failed).
+
+    RunFencedError (raised by status() or a write of a run this process lost) is not a
+    panic: it means stop, and write nothing.
+    """
     try:
         outcome = handler.run_resumable(store, args, resume_cursor)
+    except RunFencedError as exc:
+        return _Lost(exc)
     except Exception as exc:
         message = describe_exception(exc)
         log.error("job %s run %s raised: %s", handler.name, store.run_id, message)
@@ -184,7 +251,10 @@ def _fetch_stats(provider: RunStoreProvider, run_id: str) -> _Stats:
 
 
 def _finish(store: RunStore, outcome: RunOutcome | _Panicked) -> tuple[bool, str | None]:
-    """Write the final state; (whether the run was still active to take it, write error)."""
+    """Write the final state; (whether the run was still active to take it, write error).
+
+    RunFencedError (the run is no longer ours) propagates: the caller reports it lost.
+    """
     op = {
         Completed: "mark_completed",
         Paused: "mark_paused",
@@ -199,6 +269,8 @@ def _finish(store: RunStore, outcome: RunOutcome | _Panicked) -> tuple[bool, str
         if isinstance(outcome, _Panicked):
             return store.mark_paused(None, error_message=outcome.error), None
         return store.mark_failed(redact_secrets(outcome.message)), None
+    except RunFencedError:
+        raise
     except Exception as exc:
         error = f"{op} failed: {describe_exception(exc)}"
         log.warning(

@@ -34,6 +34,9 @@ class JobOutcome:
     message: str = ""
     #: The redacted error of a Failed run, or of a handler exception that paused the run.
     error: str | None = None
+    #: This process lost the run (swept, resumed elsewhere) and stopped writing to it;
+    #: the run's status is its new owner's, so `status` is None.
+    lost: bool = False
 
     @classmethod
     def already_running(cls, run_id: str, status: RunStatus) -> JobOutcome:
@@ -91,6 +94,7 @@ class JobOutcome:
             "severity_counts": dict(self.severity_counts),
             "message": self.message,
             "error": self.error,
+            "lost": self.lost,
             "count": self.count,
             "extra": self.extra,
         }

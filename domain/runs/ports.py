@@ -28,13 +28,35 @@ class RunStore(Protocol):
     def started_at(self) -> datetime:
         """When the run first started (a resume keeps it)."""
 
+    @property
+    def lease_epoch(self) -> int:
+        """The lease this store was opened under; every write carries it in its WHERE."""
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether this store has learned that the run is no longer its own (no read).
+
+        Set by the run heartbeat or by a refused write; once True, status() and every
+        write raise RunFencedError without touching the ledger.
+        """
+
+    def mark_lease_lost(self) -> None:
+        """Heartbeat only: the ledger no longer holds the run under this store's lease."""
+
     def status(self) -> RunStatus:
-        """The run's status now; poll it between batches to see a cancel request."""
+        """The run's status now; poll it between batches to see a cancel request.
+
+        Raises RunFencedError when this process no longer owns the run (swept, or resumed
+        by another worker): stop at once and write nothing.
+        """
 
     def checkpoint(self, cursor: bytes, delta_count: int) -> None:
         """Save the cursor, add delta_count to scanned_count and bump the heartbeat.
 
-        Raises RunNotActiveError when the run is no longer Running or CancelRequested.
+        Raises RunFencedError when the run's lease is no longer this store's, and
+        RunNotActiveError when the run is no longer Running or CancelRequested.
+        Every write below is fenced the same way (record_finding, set_string_param,
+        seed_progress_params, and mark_*, which raise RunFencedError rather than return).
         """
 
     def set_string_param(self, key: str, value: str) -> None:
@@ -116,7 +138,16 @@ class RunStoreProvider(Protocol):
         No arguments: the spec's sweep, every active run ("server restart mid-run"), for a
         single node, the embedded mode, or an operator after a full-fleet restart. With
         owner and/or stale_after, the fleet-safe form: only runs this (restarted) owner
-        held, or silent for stale_after seconds ("worker restart mid-run").
+        held, or silent for stale_after seconds: neither a checkpoint nor a heartbeat
+        ("worker restart mid-run"). A swept run's lease epoch is bumped: whoever held it
+        can no longer write to it.
+        """
+
+    def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
+        """ONE statement: stamp heartbeat_at of the active runs held under these leases.
+
+        leases maps run id -> lease epoch; the ids returned are still held (stamped). Any
+        other id is no longer this process's run: its store must stop.
         """
 
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:

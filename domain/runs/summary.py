@@ -26,6 +26,8 @@ class RunSummary:
     error_message: str | None = None
     progress: RunProgress | None = None
     owner: str | None = None
+    lease_epoch: int = 0  #: bumped at every open/resume and sweep (fencing)
+    heartbeat_at: datetime | None = None  #: the owner process's last run heartbeat
 
     @property
     def scanned_count(self) -> int:
@@ -52,6 +54,8 @@ class RunSummary:
             "cursor_hex": self.cursor_hex,
             "error_message": self.error_message,
             "progress": self.progress.as_dict() if self.progress else None,
+            "lease_epoch": self.lease_epoch,
+            "heartbeat_at": self.heartbeat_at.isoformat() if self.heartbeat_at else None,
         }
 
 
@@ -71,6 +75,8 @@ def build_summary(
     progress_total: int | None,
     progress_kind: str | None,
     error_message: str | None,
+    lease_epoch: int = 0,
+    heartbeat_at: datetime | None = None,
 ) -> RunSummary:
     """One constructor for every backend, so memory and SQL summaries agree field by field."""
     parsed = RunStatus.parse(status)
@@ -93,4 +99,6 @@ def build_summary(
         error_message=error_message,
         progress=derive_progress(scanned_count, progress_total, kind),
         owner=owner,
+        lease_epoch=lease_epoch,
+        heartbeat_at=heartbeat_at,
     )

@@ -363,7 +363,11 @@ def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(app: Celery
             s.execute(
                 update(RecoverableRunModel)
                 .where(RecoverableRunModel.id == ids["stale_elsewhere"])
-                .values(last_progress_at=utcnow() - timedelta(hours=1))
+                # its worker is gone: no progress and no heartbeat for an hour
+                .values(
+                    last_progress_at=utcnow() - timedelta(hours=1),
+                    heartbeat_at=utcnow() - timedelta(hours=1),
+                )
             )
 
         with start_worker(app, pool="threads", hostname=node, perform_ping_check=False):
@@ -392,7 +396,11 @@ def test_the_periodic_sweep_pauses_only_runs_whose_worker_is_gone(app: Celery) -
             s.execute(
                 update(RecoverableRunModel)
                 .where(RecoverableRunModel.id == stale.store.run_id)
-                .values(last_progress_at=utcnow() - timedelta(hours=1))
+                # its worker is gone: no progress and no heartbeat for an hour
+                .values(
+                    last_progress_at=utcnow() - timedelta(hours=1),
+                    heartbeat_at=utcnow() - timedelta(hours=1),
+                )
             )
         assert "planq-sweep-stale-runs" in app.conf.beat_schedule
         swept = app.tasks["planq.maintenance.sweep_stale_runs"]()  # what beat sends

@@ -337,10 +337,29 @@ def test_run_swept_mid_scan_is_not_overwritten(provider: RunStoreProvider) -> No
 
     outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {}, owner=OWNER)
 
-    assert not outcome.ok and outcome.status is RunStatus.Paused
-    assert outcome.cursor_hex == b"a".hex() and outcome.run_id
+    # The sweep revoked the lease: the engine writes nothing and says the run was lost.
+    assert not outcome.ok and outcome.lost and outcome.status is None and outcome.run_id
+    assert outcome.message.startswith("lost the run: ")
     assert outcome.message.endswith(f"(run_id={outcome.run_id})")
-    assert "already Paused when the engine tried to record Completed" in outcome.message
+    assert "lease epoch 1, now 2, status 'Paused'" in outcome.message
+    summary = provider.get_run_by_id(outcome.run_id)
+    assert summary is not None and summary.status is RunStatus.Paused
+    assert summary.cursor_hex == b"a".hex() and summary.scanned_count == 1
+    assert summary.error_message == "worker restart mid-run"
+
+
+def test_a_run_ended_elsewhere_is_not_overwritten(provider: RunStoreProvider) -> None:
+    def scan(store: RunStore, args: Mapping[str, Any], cursor: bytes | None) -> RunOutcome:
+        store.checkpoint(b"a", 1)
+        assert store.mark_failed("ended by the same lease")  # e.g. an operator tool
+        with pytest.raises(RunNotActiveError):
+            store.checkpoint(b"b", 1)
+        return Completed()
+
+    outcome = run_or_resume(ScriptedHandler("scan", scan), provider, {}, owner=OWNER)
+
+    assert not outcome.ok and not outcome.lost and outcome.status is RunStatus.Failed
+    assert "already Failed when the engine tried to record Completed" in outcome.message
 
 
 # -- boot recovery sweep ---------------------------------------------------------------------

@@ -1,19 +1,23 @@
-"""Migration 0002 builds exactly the run tables of the models, and the schema keeps the rules."""
+"""Migrations 0002/0003 build exactly the run tables of the models; the schema keeps the rules."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, text, update
 from sqlalchemy.exc import IntegrityError
 
+from domain.clock import utcnow
+from domain.runs import Resumed, RunStatus
 from store.database import Database
 from store.migrate import downgrade, upgrade
-from store.models import Base
+from store.models import Base, RecoverableRunModel
+from store.runs_sql import SqlRunStoreProvider
 from tests.support import create_pg_database, drop_pg_database
 
 RUN_TABLES = {"recoverable_runs", "run_findings"}
@@ -112,3 +116,37 @@ def test_downgrade_to_0001_drops_only_the_run_tables(migrated: Database) -> None
     upgrade(migrated.url)
     with migrated.engine.connect() as conn:
         assert set(inspect(conn).get_table_names()) >= RUN_TABLES
+
+
+def test_0003_adds_the_lease_to_existing_runs_and_downgrades(migrated: Database) -> None:
+    downgrade(migrated.url, "0002_runs")
+    with migrated.engine.begin() as conn:
+        conn.execute(text(INSERT_RUN), _run("R1", "paused_scan", "Paused"))
+        conn.execute(text(INSERT_RUN), _run("R2", "old_scan", "Running"))
+    upgrade(migrated.url)
+    with migrated.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT id, lease_epoch, heartbeat_at FROM recoverable_runs ORDER BY id")
+        ).all()
+    assert [tuple(r) for r in rows] == [("R1", 0, None), ("R2", 0, None)]
+
+    runs = SqlRunStoreProvider(migrated)
+    resumed = runs.open_or_start("paused_scan", owner="w@h")
+    assert isinstance(resumed, Resumed) and resumed.store.lease_epoch == 1
+    resumed.store.checkpoint(b"c", 1)
+    # A pre-0003 run has no heartbeat: its last progress alone decides (old = stale).
+    with migrated.session() as s:
+        s.execute(
+            update(RecoverableRunModel)
+            .where(RecoverableRunModel.id == "R2")
+            .values(last_progress_at=utcnow() - timedelta(hours=2))
+        )
+    assert runs.boot_recovery_sweep(None, stale_after=3600).run_ids == ("R2",)
+    swept = runs.get_run_by_id("R2")
+    assert swept is not None and swept.lease_epoch == 1 and swept.status is RunStatus.Paused
+
+    downgrade(migrated.url, "0002_runs")
+    with migrated.engine.connect() as conn:
+        columns = {c["name"] for c in inspect(conn).get_columns("recoverable_runs")}
+    assert "lease_epoch" not in columns and "heartbeat_at" not in columns
+    upgrade(migrated.url)
