@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Ignore, Reject
 from celery.result import AsyncResult
 
 from domain.ids import is_ulid
@@ -19,6 +20,14 @@ from tasks.runtime import runtime_for
 logger = logging.getLogger("planq.tasks")
 
 
+class PhaseJobError(Exception):
+    """What a phase task raises when its body failed: a redacted `ExcType: message`."""
+
+
+class PhaseJobFailed(Exception):
+    """The job ran and ended failed: its redacted ledger error, for Flower's FAILURE row."""
+
+
 class PhaseTask(Task):  # type: ignore[misc]
     """A plan phase. Producers call delay(plan_id); the message carries only ids."""
 
@@ -27,6 +36,7 @@ class PhaseTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     ignore_result = True
     typing = False  # arguments are checked by the lifecycle, with typed errors
+    throws = (PhaseJobFailed,)  # an expected outcome: logged in one line, no traceback
 
     def apply_async(
         self, args: Any = None, kwargs: Any = None, **options: Any
@@ -70,23 +80,31 @@ class PhaseTask(Task):  # type: ignore[misc]
         )
 
     def run(self, job_id: Any = None, plan_id: Any = None, **_: Any) -> str:
-        """Claim and run the job (a second delivery finds it claimed and drops it).
+        """Claim and run the job, then tell Celery (and so Flower) what the ledger says.
 
-        A message that names no job of the ledger (crafted, or its row purged) runs nothing.
+        succeeded -> SUCCESS; failed -> FAILURE with the row's redacted error; cancelled
+        -> REVOKED; a delivery that found the job owned or ended elsewhere -> IGNORED (so
+        a dropped duplicate never overwrites the real delivery's state). Every outcome is
+        acked: none is redelivered. A message with no valid job id is rejected (FAILURE).
         """
         if not is_ulid(job_id):
             logger.warning("%s: message without a valid job id (%r): dropped", self.name, job_id)
-            return PickupResult.skipped.value
+            raise Reject(f"no valid job id in the message ({job_id!r:.40})", requeue=False)
+        runtime = runtime_for(self.app)
         try:
-            return runtime_for(self.app).worker.run_job(job_id).value
+            result = runtime.worker.run_job(job_id)
         except Exception as exc:
             # Celery logs, stores and sends (to Flower) what escapes: only its redacted text,
             # with neither its traceback's cause chain nor its own message.
             raise PhaseJobError(describe_exception(exc)) from None
-
-
-class PhaseJobError(Exception):
-    """What a phase task raises when its body failed: a redacted `ExcType: message`."""
+        if result is PickupResult.succeeded:
+            return result.value
+        if result in (PickupResult.failed, PickupResult.interrupted):
+            row = runtime.jobs.get(job_id)
+            raise PhaseJobFailed((row.error_message if row else None) or result.value)
+        if result is PickupResult.cancelled:
+            self.send_event("task-revoked", terminated=False, signum=None, expired=False)
+        raise Ignore()
 
 
 def register_phase_tasks(app: Celery) -> dict[PlanPhase, PhaseTask]:

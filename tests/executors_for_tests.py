@@ -88,3 +88,15 @@ class _Unprintable(Exception):
 def unprintable_secret(ctx: JobContext) -> None:
     """Fail with an exception whose __str__ itself raises with a secret in it."""
     raise _Unprintable()
+
+
+def by_plan_name(ctx: JobContext) -> None:
+    """Do what the plan's name says: 'fail…' fails leaking secrets, 'slow…' runs until cancelled.
+
+    Anything else succeeds at once: one worker can show every ledger outcome.
+    """
+    name = ctx.plan.name if ctx.plan is not None else ""
+    if name.startswith("fail"):
+        leak_secret(ctx)
+    elif name.startswith("slow"):
+        slow(ctx)

@@ -242,3 +242,53 @@ def test_flower_dashboard_screenshot(
     data = shot.read_bytes()
     assert data.startswith(PNG_SIGNATURE)
     assert len(data) > 10_000, f"a {len(data)}-byte screenshot is blank"
+
+
+def flower_state(flower: FlowerServer, job_id: str, state: str) -> dict[str, Any] | None:
+    """The job's task in Flower's API once it shows `state`."""
+    task = flower.api("/api/tasks").get(job_id)
+    return task if task is not None and task["state"] == state else None
+
+
+def test_flower_shows_the_ledgers_truth(
+    producer: Celery,
+    runtime: Runtime,
+    start_worker: StartWorker,
+    start_flower: StartFlower,
+) -> None:
+    flower = start_flower()
+    worker = start_worker("truth", default_executor=f"{EXEC}:by_plan_name")
+    wait_for_worker(flower, f"truth@{socket.gethostname()}")
+    plans = {}
+    for name in ("ok", "fail", "slow"):
+        plan = Plan.with_steps(["one"], name=name)
+        runtime.plans.add(plan)
+        plans[name] = producer.tasks[STRATEGIZE].delay(plan.plan_id).id
+    wait_for_status(runtime.jobs, plans["slow"], AsyncJobStatus.running, timeout=60)
+    producer.control.revoke(plans["slow"])  # Flower's own button sends exactly this
+    for name, status in (
+        ("ok", AsyncJobStatus.succeeded),
+        ("fail", AsyncJobStatus.failed),
+        ("slow", AsyncJobStatus.cancelled),
+    ):
+        try:
+            wait_for_status(runtime.jobs, plans[name], status, timeout=60)
+        except pytest.fail.Exception:
+            pytest.fail(f"{name}: not {status.value}; worker log:\n{worker.log_tail()}")
+
+    def shown(name: str, state: str) -> dict[str, Any]:
+        return wait_for(
+            lambda: flower_state(flower, plans[name], state),
+            timeout=30,
+            interval=0.5,
+            what=f"Flower to show the {name} job as {state}",
+        )
+
+    assert shown("ok", "SUCCESS")["result"] == "'succeeded'"
+    failed = shown("fail", "FAILURE")
+    assert failed["exception"].startswith("PhaseJobFailed(")
+    assert "PermissionError" in failed["exception"] and "REDACTED" in failed["exception"]
+    assert "SECRETVALUE123" not in str(failed)
+    shown("slow", "REVOKED")
+    everything = str(flower.api("/api/tasks"))
+    assert "SECRETVALUE123" not in everything

@@ -214,9 +214,9 @@ def test_secrets_never_reach_ledger_logs_or_events(
         plan = ready_plan(rt)
         result = leaky.tasks["planq.strategize_plan"].delay(plan.plan_id)
         job = wait_for_status(rt.jobs, result.id, AsyncJobStatus.failed)
-        wait_for(
-            lambda: any(e.get("type") == "task-succeeded" for e in captured),
-            what="the task's events",
+        failed = wait_for(
+            lambda: [e for e in captured if e.get("type") == "task-failed"],
+            what="the task's task-failed event",
         )
     stop.set()
     listener.join(10)
@@ -231,6 +231,7 @@ def test_secrets_never_reach_ledger_logs_or_events(
         if e.get("uuid") == job.job_id
     )
     assert "SECRETVALUE123" not in json.dumps(captured, default=str)
+    assert "PermissionError" in failed[0]["exception"]  # Flower's FAILURE, redacted
 
 
 def test_an_exception_whose_str_raises_still_fails_the_job_redacted(
