@@ -8,6 +8,17 @@ from typing import Any
 
 from domain.errors import ConfigurationError
 
+#: The engine's defaults: the one home of each (PLANQ_* settings read them from here).
+DEFAULT_MAX_WORKERS = 4
+DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_JOB_TIMEOUT = 300.0
+DEFAULT_JOB_TTL = 7 * 24 * 3600.0
+DEFAULT_MAX_ATTEMPTS = 1
+#: A queued row unsent, or sent and unclaimed, this long is re-published by the relay.
+#: Generous: phases run for minutes, so a message may wait in a busy queue that long.
+DEFAULT_DISPATCH_GRACE = 600.0
+#: Publishes after which a still-unclaimed row fails "never picked up".
+DEFAULT_MAX_DISPATCHES = 10
 #: The heartbeat interval when neither it nor a short job_timeout says otherwise.
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 #: A derived heartbeat interval leaves this many beats inside one job_timeout.
@@ -52,14 +63,14 @@ class AsyncWorkerConfig:
     def __init__(
         self,
         enabled: bool = True,
-        max_workers: int = 4,
-        poll_interval: float = 1.0,
-        job_timeout: float = 300.0,
-        job_ttl: float = 7 * 24 * 3600.0,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        job_timeout: float = DEFAULT_JOB_TIMEOUT,
+        job_ttl: float = DEFAULT_JOB_TTL,
         heartbeat_interval: float | None = None,
-        max_attempts: int = 1,
-        dispatch_grace: float = 60.0,
-        max_dispatches: int = 5,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        dispatch_grace: float = DEFAULT_DISPATCH_GRACE,
+        max_dispatches: int = DEFAULT_MAX_DISPATCHES,
     ) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")

@@ -20,7 +20,7 @@ from domain.outage import DEFAULT_OUTAGE_BUDGET
 
 logger = logging.getLogger("planq.dispatch")
 
-#: Seconds between flushes: far inside the relay's grace (60 s by default).
+#: Seconds between flushes: far inside the relay's grace (600 s by default).
 FLUSH_INTERVAL = 0.1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from domain import config
 from domain.config import AsyncWorkerConfig
 from domain.errors import ConfigurationError
 from domain.redaction import Redactor
@@ -17,14 +18,15 @@ class PlanqSettings(BaseSettings):
 
     broker_url: str = "redis://127.0.0.1:6379/0"
     database_url: str = "sqlite:///planq.db"
-    job_timeout: float = Field(300.0, gt=0)
-    job_ttl: float = Field(7 * 24 * 3600.0, gt=0)
-    heartbeat_interval: float = Field(5.0, gt=0)
-    max_workers: int = Field(4, ge=1)
-    poll_interval: float = Field(1.0, gt=0)
-    max_attempts: int = Field(1, ge=1)
-    dispatch_grace: float = Field(600.0, gt=0)
-    max_dispatches: int = Field(10, ge=1)
+    job_timeout: float = Field(config.DEFAULT_JOB_TIMEOUT, gt=0)
+    job_ttl: float = Field(config.DEFAULT_JOB_TTL, gt=0)
+    #: Unset: derived from job_timeout (`domain.config.derive_heartbeat_interval`).
+    heartbeat_interval: float | None = Field(None, gt=0)
+    max_workers: int = Field(config.DEFAULT_MAX_WORKERS, ge=1)
+    poll_interval: float = Field(config.DEFAULT_POLL_INTERVAL, gt=0)
+    max_attempts: int = Field(config.DEFAULT_MAX_ATTEMPTS, ge=1)
+    dispatch_grace: float = Field(config.DEFAULT_DISPATCH_GRACE, gt=0)
+    max_dispatches: int = Field(config.DEFAULT_MAX_DISPATCHES, ge=1)
     visibility_timeout: float = Field(12 * 3600.0, gt=0)
     stuck_check_interval: float = Field(30.0, gt=0)
     cleanup_interval: float = Field(3600.0, gt=0)
@@ -50,7 +52,7 @@ class PlanqSettings(BaseSettings):
             raise ValueError(
                 "visibility_timeout must be above job_timeout, or long jobs are delivered twice"
             )
-        if self.heartbeat_interval >= self.job_timeout:
+        if self.heartbeat_interval is not None and self.heartbeat_interval >= self.job_timeout:
             raise ValueError("heartbeat_interval must be below job_timeout")
         Redactor.from_patterns(self.redaction_patterns)
         return self

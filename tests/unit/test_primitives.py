@@ -212,10 +212,19 @@ def test_config_defaults() -> None:
         "job_ttl": 7 * 24 * 3600.0,
         "heartbeat_interval": 5.0,
         "max_attempts": 1,
-        "dispatch_grace": 60.0,
-        "max_dispatches": 5,
+        "dispatch_grace": 600.0,
+        "max_dispatches": 10,
     }
     assert config.heartbeat_interval < config.job_timeout
+
+
+def test_settings_take_every_engine_default_from_the_domain() -> None:
+    from worker_config.settings import load_settings
+
+    settings = load_settings(database_url="sqlite:///x.db")
+    assert settings.worker_config() == AsyncWorkerConfig()
+    short = load_settings(database_url="sqlite:///x.db", job_timeout=1)
+    assert short.worker_config().heartbeat_interval == pytest.approx(1 / 3)
 
 
 def test_config_numeric_fields_cover_every_number() -> None:
