@@ -75,7 +75,7 @@ def watch_plan(
         live.start()
     try:
         while True:
-            if live is not None:
+            if live is not None and out is not None:
                 live.update(render(plan, jobs, time.monotonic() - start, out.width), refresh=True)
             if all_ended(jobs) or time.monotonic() - start >= timeout:
                 break

@@ -15,24 +15,20 @@ _OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False}
 def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
     """Create the three maintenance tasks on app (routed to planq.maintenance)."""
 
-    @app.task(name="planq.maintenance.detect_stuck_jobs", **_OPTIONS)  # type: ignore[misc]
     def detect_stuck_jobs() -> dict[str, Any]:
         """Fail running jobs whose heartbeat expired (CAS: two beats never double-fail)."""
         report = runtime_for(app).worker.detect_stuck_jobs()
         return {"expired": report.expired, "retried": report.retried}
 
-    @app.task(name="planq.maintenance.cleanup_expired_jobs", **_OPTIONS)  # type: ignore[misc]
     def cleanup_expired_jobs() -> int:
         """Delete terminal rows past job_ttl in bounded batches."""
         return runtime_for(app).worker.cleanup_expired_jobs()
 
-    @app.task(name="planq.maintenance.relay_dispatch", **_OPTIONS)  # type: ignore[misc]
     def relay_dispatch() -> list[str]:
         """Re-publish queued rows whose message was never sent or was lost."""
         return runtime_for(app).worker.relay_dispatch()
 
     return {
-        "detect_stuck_jobs": detect_stuck_jobs,
-        "cleanup_expired_jobs": cleanup_expired_jobs,
-        "relay_dispatch": relay_dispatch,
+        fn.__name__: app.task(name=f"planq.maintenance.{fn.__name__}", **_OPTIONS)(fn)
+        for fn in (detect_stuck_jobs, cleanup_expired_jobs, relay_dispatch)
     }

@@ -132,10 +132,10 @@ def serve_metrics(port: int, addr: str = "0.0.0.0", directory: str | None = None
         # `celery` (via Flower's CLI plugin) may have imported prometheus_client before this
         # ran, fixing its value store to single-process: pick the store again now. Our
         # metrics are created lazily, so every one of them uses the multiprocess store.
-        values.ValueClass = values.get_value_class()
+        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
 
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=directory)
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         start_http_server(port, addr=addr, registry=registry)
         logger.info("planq metrics on %s:%d (multiprocess dir %s)", addr, port, directory)
         return directory
@@ -146,4 +146,4 @@ def process_exited(pid: int) -> None:
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
-        multiprocess.mark_process_dead(pid)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -44,7 +44,7 @@ class PhaseTask(Task):  # type: ignore[misc]
         """Producer path: validate and record the job in one statement, then publish.
 
         The only thing a producer passes is a plan id: a message for a job is sent by
-        planq itself (publish_job) once its row is committed, never from here.
+        planq itself (Runtime.publish) once its row is committed, never from here.
         """
         kwargs = dict(kwargs or {})
         extra = set(kwargs) - {"plan_id"}
@@ -66,18 +66,9 @@ class PhaseTask(Task):  # type: ignore[misc]
         queued = runtime_for(self.app).lifecycle.queue_phases(plan_ids, self.phase)
         return [q.job.job_id for q in queued if q.job is not None]
 
-    def publish_job(self, job: AsyncJob, producer: Any = None) -> None:
-        """Send the message for a committed row; task id = job id, args redacted for Flower."""
-        kwargs = {"job_id": job.job_id, "plan_id": job.plan_id}
-        redactor = runtime_for(self.app).redactor
-        super().apply_async(
-            (),
-            kwargs,
-            task_id=job.job_id,
-            argsrepr="()",
-            kwargsrepr=redactor(repr(kwargs)),
-            producer=producer,
-        )
+    def publish_job(self, job: AsyncJob) -> None:
+        """Send the message for a committed row again (the runtime's one publish path)."""
+        runtime_for(self.app).publish([job])
 
     def run(self, job_id: Any = None, plan_id: Any = None, **_: Any) -> str:
         """Claim and run the job, then tell Celery (and so Flower) what the ledger says.

@@ -74,21 +74,30 @@ class Runtime:
         return SqlRunStoreProvider(self.db)
 
     def publish(self, jobs: Sequence[AsyncJob]) -> None:
-        """Send the jobs' messages (task id = job id) on one producer; stamp them in batch."""
-        if len(jobs) == 1:
-            self._task(jobs[0]).publish_job(jobs[0])
-        else:
-            with self.app.producer_or_acquire() as producer:
-                for job in jobs:
-                    self._task(job).publish_job(job, producer=producer)
+        """Send the jobs' messages on one producer, then stamp them in batch.
+
+        The one publish path: task id = job id, the kwargs carry ids only, and Flower's
+        kwargsrepr is redacted. Producers reach it only through the lifecycle (a committed
+        row), never with kwargs of their own.
+        """
+        with self.app.producer_or_acquire() as producer:
+            for job in jobs:
+                kwargs = {"job_id": job.job_id, "plan_id": job.plan_id}
+                self.app.send_task(
+                    f"planq.{job.phase.value}_plan",
+                    (),
+                    kwargs,
+                    task_id=job.job_id,
+                    argsrepr="()",
+                    kwargsrepr=self.redactor(repr(kwargs)),
+                    producer=producer,
+                    ignore_result=True,
+                )
         self.stamps.add(job.job_id for job in jobs)
 
     def broadcast_cancel(self, job_id: str) -> None:
         """Ask every worker to look at the ledger for job_id now (revoke, no terminate)."""
         self.app.control.revoke(job_id)
-
-    def _task(self, job: AsyncJob) -> Any:
-        return self.app.tasks[f"planq.{job.phase.value}_plan"]
 
     def dispose_after_fork(self) -> None:
         """Forget the parent's pooled connections (never close them: the parent uses them)."""

@@ -39,7 +39,6 @@ def connect_signals(app: Celery) -> None:
         owner = getattr(sender, "app", None)
         return owner is None or owner is app
 
-    @worker_init.connect(weak=False, dispatch_uid=f"planq-init-{id(app)}")
     def _on_worker_init(sender: Any = None, **_: Any) -> None:
         if not for_app(sender):
             return
@@ -48,11 +47,9 @@ def connect_signals(app: Celery) -> None:
         if port:  # in the parent, before any child forks: children inherit the data dir
             metrics.serve_metrics(port)
 
-    @worker_process_shutdown.connect(weak=False, dispatch_uid=f"planq-procend-{id(app)}")
     def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
         metrics.process_exited(pid or os.getpid())
 
-    @worker_process_init.connect(weak=False, dispatch_uid=f"planq-proc-{id(app)}")
     def _on_process_init(**_: Any) -> None:
         # A prefork child: rebuild the runtime (the parent's pool is dropped, not closed)
         # and let the parent wake the tracker with signals.
@@ -60,7 +57,6 @@ def connect_signals(app: Celery) -> None:
         signal.signal(POKE_SIGNAL, lambda *_: tracker.poke())
         signal.signal(SHUTDOWN_SIGNAL, lambda *_: tracker.poke_shutdown())
 
-    @worker_shutting_down.connect(weak=False, dispatch_uid=f"planq-stop-{id(app)}")
     def _on_shutting_down(sig: Any = None, how: Any = None, exitcode: Any = None, **_: Any) -> None:
         # Warm shutdown: in-flight jobs stop at their next safe point, checkpoints kept.
         runtime = runtime_for(app)
@@ -76,9 +72,18 @@ def connect_signals(app: Celery) -> None:
             len(children),
         )
 
-    @task_revoked.connect(weak=False, dispatch_uid=f"planq-revoked-{id(app)}")
     def _on_revoked(request: Any = None, terminated: bool = False, **_: Any) -> None:
         logger.info("celery revoked %s (terminated=%s)", getattr(request, "id", "?"), terminated)
+
+    worker_init.connect(_on_worker_init, weak=False, dispatch_uid=f"planq-init-{id(app)}")
+    worker_process_shutdown.connect(
+        _on_process_shutdown, weak=False, dispatch_uid=f"planq-procend-{id(app)}"
+    )
+    worker_process_init.connect(_on_process_init, weak=False, dispatch_uid=f"planq-proc-{id(app)}")
+    worker_shutting_down.connect(
+        _on_shutting_down, weak=False, dispatch_uid=f"planq-stop-{id(app)}"
+    )
+    task_revoked.connect(_on_revoked, weak=False, dispatch_uid=f"planq-revoked-{id(app)}")
 
 
 def _pool_child_pids() -> list[int]:

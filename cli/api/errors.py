@@ -109,7 +109,7 @@ async def _internal(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
-def known_exception_types() -> tuple[type[BaseException], ...]:
+def known_exception_types() -> tuple[type[Exception], ...]:
     """What classify() understands: planq's errors, bad values, ledger and broker failures."""
     from kombu.exceptions import KombuError
     from redis.exceptions import RedisError
