@@ -1,0 +1,211 @@
+"""Fencing with real worker processes: a frozen worker loses its run and writes nothing.
+
+A frozen worker's run is swept and resumed elsewhere; after it thaws, it stops.
+
+Two real `celery -A worker_config worker` prefork processes, A and B, on Redis and a
+throw-away PostgreSQL ledger, with the smallest stale bound planq accepts
+(PLANQ_RUN_STALE_AFTER=60). The scan checkpoints only every ~77 s, longer than that bound:
+
+1. A runs ledger_consistency; 61 s after its start (no checkpoint yet) the stale sweep
+   spares it: its heartbeat is fresh.
+2. Right after A's first checkpoint, A's whole process group is stopped (SIGSTOP). Once its
+   heartbeat is older than 60 s, the real sweep task on B pauses the run; a trigger on B
+   resumes it from A's checkpoint.
+3. A is continued (SIGCONT) while B scans. A's next touch of the run is refused: it stops
+   and writes nothing. B completes with every row counted once and every finding once.
+
+The triggers and the sweep for B go to a queue only B consumes: a stopped worker may still
+hold a pending BRPOP on the shared queues, and Redis would hand it the message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.utils.nodenames import gethostname
+
+from domain.clock import utcnow
+from domain.runs import RunStatus
+from domain.runs.checks import SWEEP_ERROR
+from store.migrate import upgrade
+from tasks.recoverable import STALE_SWEEP_TASK, boot_recovery_sweep
+from tasks.runtime import reset_runtime, runtime_for
+from tests.acceptance.test_runs_e2e import BulkLedger
+from tests.celery_support import WorkerProcess, make_app, worker_env
+from tests.runs_support import JOB, findings, newest, wait_run
+from tests.support import create_pg_database, drop_pg_database, flush_redis, wait_for
+from worker_config.celery_config import ALL_QUEUES
+
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
+
+TASK = f"planq.runs.{JOB}"
+STALE = 60.0  # PLANQ_RUN_STALE_AFTER: the floor settings accept
+PLANS = 600  # x 3 jobs, plus 6 x 13 bad and tricky rows: ~1,900 rows
+BATCH = 50
+#: 12 batches of 50 rows 7 s apart per checkpoint: one every 77 s
+A_PACE = {
+    "batch_size": BATCH,
+    "checkpoint_rows": 600,
+    "checkpoint_seconds": 3600,
+    "batch_delay": 7.0,
+}
+B_PACE = {"batch_delay": 0.3, "checkpoint_rows": 200}
+ONLY_B = "planq.test.fence-b"
+RUNS_REDIS_URL = os.environ.get("PLANQ_TEST_RUNS_REDIS_URL", "redis://127.0.0.1:6379/11")
+
+
+def small_ledger() -> BulkLedger:
+    ledger = BulkLedger()
+    for i in range(PLANS):
+        plan_id = ledger.plan("apply", "complete")
+        for phase in ("strategize", "execute", "apply"):
+            ledger.job(plan_id, phase)
+        if i % 100 == 50:
+            ledger.bad_and_tricky()
+    return ledger
+
+
+@pytest.fixture
+def ledger_url() -> Iterator[str]:
+    url = create_pg_database("planq_runs_fence")
+    upgrade(url)
+    yield url
+    drop_pg_database(url)
+
+
+@pytest.fixture
+def producer(ledger_url: str) -> Iterator[Celery]:
+    flush_redis(RUNS_REDIS_URL)
+    app = make_app(RUNS_REDIS_URL, ledger_url, run_stale_after=STALE)
+    yield app
+    reset_runtime(app)
+
+
+def _log_text(worker: WorkerProcess) -> str:
+    assert worker.log_path is not None
+    return worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
+
+
+def test_a_frozen_worker_loses_its_run_and_writes_nothing_after_it_thaws(
+    producer: Celery, ledger_url: str, tmp_path: Path
+) -> None:
+    t0 = time.monotonic()
+    ledger = small_ledger()
+    total = ledger.copy_into(ledger_url)
+    rt = runtime_for(producer)
+    env = worker_env(RUNS_REDIS_URL, ledger_url, run_stale_after=STALE)
+    a = WorkerProcess(env, "fence-a", log_path=tmp_path / "a.log")
+    b: WorkerProcess | None = None
+    stopped = False
+    try:
+        a.wait_ready(producer)
+        node_a, node_b = f"fence-a@{gethostname()}", f"fence-b@{gethostname()}"
+
+        # 1. A scans; no checkpoint for longer than the stale bound, yet it is never swept.
+        producer.tasks[TASK].delay({k: str(v) for k, v in A_PACE.items()})
+        opened = wait_run(rt, "A to open the run", lambda r: r.owner == node_a, timeout=60)
+        b = WorkerProcess(env, "fence-b", queues=[*ALL_QUEUES, ONLY_B], log_path=tmp_path / "b.log")
+        b.wait_ready(producer)  # its boot sweep (owner B, stale 60 s) spares A's run
+        wait_for(
+            lambda: (utcnow() - opened.last_progress_at).total_seconds() > STALE + 1,
+            timeout=STALE + 30,
+            interval=0.5,
+            what="A's run to be silent by its checkpoints for longer than stale_after",
+        )
+        spared = boot_recovery_sweep(producer, owner=None, stale_after=STALE)  # the beat task
+        live = newest(rt)
+        assert spared == 0 and live is not None, spared
+        assert live.status is RunStatus.Running and live.owner == node_a and live.heartbeat_at
+        assert live.scanned_count == 0  # no checkpoint yet: only the heartbeat kept it alive
+        silent_by_progress = (utcnow() - live.last_progress_at).total_seconds()
+        heartbeat_age = (utcnow() - live.heartbeat_at).total_seconds()
+        assert silent_by_progress > STALE and heartbeat_age < STALE / 3
+
+        # 2. Freeze A right after its first checkpoint; B's sweep takes the run from it.
+        first = wait_run(rt, "A's first checkpoint", lambda r: r.scanned_count > 0, timeout=90)
+        os.killpg(a.pid, signal.SIGSTOP)
+        stopped, stopped_at = True, time.monotonic()
+        a_checkpoint = newest(rt)
+        assert a_checkpoint is not None and a_checkpoint.id == first.id
+        a_found = len(findings(rt, first.id))
+        assert a_checkpoint.scanned_count == ledger.rows_up_to(a_checkpoint.cursor_hex or "")
+
+        def swept() -> Any:
+            producer.tasks[STALE_SWEEP_TASK].apply_async(queue=ONLY_B)  # the real task, on B
+            run = wait_run(rt, "the sweep on B", lambda r: True)
+            return run if run.status is RunStatus.Paused else None
+
+        paused = wait_for(swept, timeout=STALE + 60, interval=2.0, what="B to sweep A's run")
+        stale_s = time.monotonic() - stopped_at
+        assert paused.error_message == SWEEP_ERROR and paused.lease_epoch == first.lease_epoch + 1
+        assert paused.cursor_hex == a_checkpoint.cursor_hex  # nothing lost, nothing advanced
+
+        producer.tasks[TASK].apply_async(
+            args=[{k: str(v) for k, v in B_PACE.items()}], queue=ONLY_B
+        )
+        resumed = wait_run(
+            rt,
+            "B to resume past A's checkpoint",
+            lambda r: r.owner == node_b and r.scanned_count > a_checkpoint.scanned_count,
+            timeout=60,
+        )
+        assert resumed.status is RunStatus.Running and resumed.lease_epoch == paused.lease_epoch + 1
+
+        # 3. A thaws while B scans: A stops without writing anything.
+        os.killpg(a.pid, signal.SIGCONT)
+        stopped, thawed_at = False, time.monotonic()
+        wait_for(
+            lambda: "lost the run" in _log_text(a),
+            timeout=60,
+            interval=0.2,
+            what="A to report that it lost the run",
+        )
+        lost_s = time.monotonic() - thawed_at
+        done = wait_run(rt, "B to complete", lambda r: not r.status.is_non_terminal, timeout=120)
+        wait_for(  # A's trigger has returned: whatever it would write is written by now
+            lambda: "'lost': True" in _log_text(a) or '"lost": true' in _log_text(a),
+            timeout=30,
+            interval=0.2,
+            what="A's trigger to return its lost outcome",
+        )
+        final = newest(rt)
+        assert final is not None and final == done  # nothing changed after B completed
+
+        assert done.id == first.id and done.status is RunStatus.Completed, done
+        assert done.owner == node_b and done.error_message is None
+        assert done.scanned_count == total  # every row once: A's and B's scans do not overlap
+        recorded = findings(rt, done.id)
+        assert sorted(recorded) == sorted(ledger.expected)  # every finding once
+        assert len(recorded) == len(set(recorded)) == done.finding_count
+        log_a = _log_text(a)
+        assert "no longer held by this process" in log_a
+        report = {
+            "rows": total,
+            "expected_findings": len(ledger.expected),
+            "stale_after_s": STALE,
+            "a_silent_by_checkpoints_at_spared_sweep_s": round(silent_by_progress, 1),
+            "a_heartbeat_age_at_spared_sweep_s": round(heartbeat_age, 1),
+            "a_checkpoint_rows": a_checkpoint.scanned_count,
+            "a_findings_at_stop": a_found,
+            "stop_to_sweep_s": round(stale_s, 1),
+            "thaw_to_lost_s": round(lost_s, 2),
+            "final_scanned": done.scanned_count,
+            "final_findings": len(recorded),
+            "lease_epochs": [first.lease_epoch, paused.lease_epoch, done.lease_epoch],
+            "test_s": round(time.monotonic() - t0, 1),
+        }
+        print("runs-fencing", json.dumps(report))
+    finally:
+        if stopped:
+            os.killpg(a.pid, signal.SIGCONT)
+        a.close()
+        if b is not None:
+            b.close()
