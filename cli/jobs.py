@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import services
 from cli.context import Planq, planq
-from cli.output import BadInput, Refused, boundary, emit_json, print_fields, print_table, warn
+from cli.output import boundary, emit_json, print_fields, print_table, warn
 from cli.views import job_dict, print_jobs
 
 jobs_app = typer.Typer(help="Jobs in the ledger.", no_args_is_help=True)
@@ -16,27 +17,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (
 JobId = Annotated[str, typer.Argument(help="The job's ULID.", show_default=False)]
 
 
-def parse_status(text: str | None) -> Any:
-    """The AsyncJobStatus named, or BadInput listing the valid ones."""
-    from domain.jobs import AsyncJobStatus
-
-    if text is None:
-        return None
-    try:
-        return AsyncJobStatus(text.strip().lower())
-    except ValueError:
-        valid = ", ".join(s.value for s in AsyncJobStatus)
-        raise BadInput(f"--status {text!r} is not a job status (one of: {valid})") from None
-
-
 def get_job(session: Planq, job_id: str) -> Any:
-    """The job row; BadInput for a malformed or unknown id."""
-    from domain.ids import require_ulid
-
-    job = session.runtime.jobs.get(require_ulid("job_id", job_id))
-    if job is None:
-        raise BadInput(f"no job with id {job_id!r}")
-    return job
+    """The job row; BadInput (NotFound) for a malformed or unknown id."""
+    return services.find_job(session, job_id)
 
 
 @jobs_app.command("list")
@@ -52,7 +35,7 @@ def list_jobs(
     """Jobs, oldest first (queued and running ones have waited longest at the top)."""
     from domain.ids import require_ulid
 
-    wanted = parse_status(status)
+    wanted = services.parse_status(status)
     plan_id = require_ulid("--plan", plan) if plan is not None else None
     with planq() as session:
         store = session.runtime.jobs
@@ -85,13 +68,7 @@ def show(job_id: JobId, as_json: JsonOpt = False) -> None:
 def cancel(job_id: JobId, as_json: JsonOpt = False) -> None:
     """Cancel: a queued job ends now, a running one is asked to stop; exit 1 if it has ended."""
     with planq() as session:
-        job = get_job(session, job_id)
-        if not session.runtime.worker.cancel_job(job.job_id):
-            now = session.runtime.jobs.get(job.job_id)
-            state = now.status.value if now else "gone"
-            raise Refused(f"job {job.job_id} is {state}; only a queued or running job can cancel")
-        after = session.runtime.jobs.get(job.job_id)
-    outcome = "cancelled" if after.status.value == "cancelled" else "cancel requested"
+        outcome, after = services.cancel_job(session, job_id)
     if as_json:
         emit_json({"outcome": outcome, "job": job_dict(after)})
     else:
@@ -103,27 +80,13 @@ def cancel(job_id: JobId, as_json: JsonOpt = False) -> None:
 def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
     """Queue a new attempt of a failed or cancelled job and publish it; exit 1 otherwise."""
     with planq() as session:
-        job = get_job(session, job_id)
-        if not job.is_terminal or job.status.value == "succeeded":
-            raise Refused(f"job {job.job_id} is {job.status.value}; only failed or cancelled retry")
-        session.require_broker()
-        ledger = session.runtime.ledger
-        try:
-            new = ledger.retry(job)
-        except ValueError as exc:  # succeeded, queued or running: not retryable
-            raise Refused(str(exc)) from None
-        if new is None:
-            raise Refused(f"job {job.job_id} was already retried, or its plan has moved on")
-        try:
-            session.runtime.publish([new])
-        except Exception as exc:  # the row is durable: the dispatch relay sends it later
-            warn(f"job {new.job_id} queued but not published ({type(exc).__name__}); relay will")
-        session.runtime.stamps.flush()  # show the row as the relay will see it
-        stored = session.runtime.jobs.get(new.job_id)
+        stored, published = services.retry_job(session, job_id)
+        if not published:  # the row is durable: the dispatch relay sends it later
+            warn(f"job {stored.job_id} queued but not published; the relay will send it")
     if as_json:
         emit_json(job_dict(stored))
     else:
-        print_fields(f"retry of {job.job_id}: attempt {stored.attempt}", job_dict(stored))
+        print_fields(f"retry of {stored.retry_of}: attempt {stored.attempt}", job_dict(stored))
 
 
 @jobs_app.command("stuck")

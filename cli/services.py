@@ -133,6 +133,19 @@ class TriggerResult:
     run: Any  #: RunSummary of the active/resumed/new run; None if the worker has not opened it
 
 
+def parse_status(text: str | None) -> Any:
+    """The AsyncJobStatus named, or BadInput listing the valid ones."""
+    from domain.jobs import AsyncJobStatus
+
+    if text is None:
+        return None
+    try:
+        return AsyncJobStatus(text.strip().lower())
+    except ValueError:
+        valid = ", ".join(s.value for s in AsyncJobStatus)
+        raise BadInput(f"--status {text!r} is not a job status (one of: {valid})") from None
+
+
 def find_job(session: Planq, job_id: str) -> Any:
     """The job row; InvalidIdError for a malformed id, NotFound for an unknown one."""
     from domain.ids import require_ulid
@@ -156,7 +169,6 @@ def list_jobs(
     session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
 ) -> list[Any]:
     """Jobs oldest first, filtered by status and/or plan, one page."""
-    from cli.jobs import parse_status
     from domain.ids import require_ulid
 
     check_window(limit, offset)
