@@ -19,7 +19,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict domain store
+	$(BIN)/mypy --strict domain store tasks worker_config cli
 	$(BIN)/lint-imports
 
 test: lint

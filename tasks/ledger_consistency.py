@@ -27,7 +27,6 @@ from sqlalchemy import func, select
 
 from domain.clock import as_utc, utcnow
 from domain.jobs import AsyncJobStatus
-from domain.ledger import PLAN_STATUS_FOR_JOB
 from domain.outage import ride_out_outage
 from domain.payload import deserialize_job_payload
 from domain.redaction import redact_secrets
@@ -41,6 +40,7 @@ from domain.runs import (
     RunStore,
     Severity,
 )
+from domain.transitions import PLAN_STATUS_FOR_JOB
 from store import Database
 from store.models import AsyncJobModel, PlanModel
 
@@ -75,7 +75,7 @@ class ScanParams:
         """One value, checked against its bounds; ValueError names the key."""
         kind, low, high = cls._LIMITS[key]
         try:
-            value = kind(str(raw))
+            value: int | float = kind(str(raw))
         except ValueError:
             raise ValueError(f"{JOB_NAME} param {key} must be a number, got {raw!r}") from None
         if not low <= value <= high:

@@ -9,7 +9,9 @@ from celery import Celery
 from tasks.runtime import runtime_for
 
 #: Not shared: each app gets its own (Celery shares decorated tasks across apps by default).
-_OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False}
+#: No task events: sweeps every few seconds would crowd Flower's task list, and they say
+#: nothing an operator acts on (`planq schedule` and the metrics report them instead).
+_OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False, "send_events": False}
 
 
 def register_maintenance_tasks(app: Celery) -> dict[str, Any]:

@@ -174,16 +174,6 @@ def register_recoverable_job(
     if name in jobs:
         raise ValueError(f"recoverable job {name!r} is already registered on this app")
 
-    @app.task(  # type: ignore[misc]
-        name=task_name(name),
-        bind=True,
-        shared=False,  # Celery shares decorated tasks across apps by default
-        ignore_result=True,
-        acks_late=False,  # the run row is the state; a redelivery must not auto-resume
-        reject_on_worker_lost=False,
-        time_limit=None,  # no wall-clock limit: cancellation is cooperative only
-        soft_time_limit=None,
-    )
     def trigger(self: Any, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """Start, resume or skip (already running) this recoverable job; its JobOutcome."""
         if args is not None and not isinstance(args, dict):
@@ -198,13 +188,24 @@ def register_recoverable_job(
                 metrics.findings_recorded(handler.name, outcome.severity_counts)
         return outcome.as_dict()
 
+    task = app.task(
+        name=task_name(name),
+        bind=True,
+        shared=False,  # Celery shares decorated tasks across apps by default
+        ignore_result=True,
+        acks_late=False,  # the run row is the state; a redelivery must not auto-resume
+        reject_on_worker_lost=False,
+        time_limit=None,  # no wall-clock limit: cancellation is cooperative only
+        soft_time_limit=None,
+    )(trigger)
+
     jobs[name] = handler
     if every is not None:
         app.conf.beat_schedule = {
             **(app.conf.beat_schedule or {}),
             f"{BEAT_PREFIX}{name}": {"task": task_name(name), "schedule": every},
         }
-    return trigger
+    return task
 
 
 def request_cancel(app: Celery, job_name: str) -> str | None:
@@ -261,7 +262,6 @@ def connect_recovery_signals(app: Celery, stale_after: float) -> None:
         raise ValueError(f"stale_after must be > 0 seconds, got {stale_after!r}")
     _stale_after[app] = float(stale_after)
 
-    @worker_init.connect(weak=False, dispatch_uid=f"planq-runs-sweep-{id(app)}")
     def _on_worker_init(sender: Any = None, **_: Any) -> None:
         if getattr(sender, "app", None) is not app:
             return
@@ -277,7 +277,6 @@ def connect_recovery_signals(app: Celery, stale_after: float) -> None:
                 stale_after,
             )
 
-    @worker_shutting_down.connect(weak=False, dispatch_uid=f"planq-runs-stop-{id(app)}")
     def _on_shutting_down(sender: Any = None, how: Any = None, **_: Any) -> None:
         # Sent inside the CLI worker's signal handler (sender = the node name): do the
         # ledger write on a thread, never in the handler itself.
@@ -298,6 +297,11 @@ def connect_recovery_signals(app: Celery, stale_after: float) -> None:
 
         threading.Thread(target=pause, name="planq-runs-pause", daemon=True).start()
 
+    worker_init.connect(_on_worker_init, weak=False, dispatch_uid=f"planq-runs-sweep-{id(app)}")
+    worker_shutting_down.connect(
+        _on_shutting_down, weak=False, dispatch_uid=f"planq-runs-stop-{id(app)}"
+    )
+
 
 STALE_SWEEP_TASK = "planq.maintenance.sweep_stale_runs"
 
@@ -309,16 +313,19 @@ def register_stale_run_sweep(app: Celery, stale_after: float) -> Any:
     node that is gone for good would block every trigger of its job until then.
     """
 
-    @app.task(name=STALE_SWEEP_TASK, ignore_result=True, shared=False)  # type: ignore[misc]
     def sweep_stale_runs() -> list[str]:
         """Pause active runs silent for longer than stale_after (never a live one); their ids."""
         return list(boot_recovery_sweep(app, owner=None, stale_after=stale_after).run_ids)
+
+    # No task events, as the other maintenance sweeps: Flower lists work, not sweeps.
+    task = app.task(name=STALE_SWEEP_TASK, ignore_result=True, shared=False, send_events=False)
+    sweep = task(sweep_stale_runs)
 
     app.conf.beat_schedule = {
         **(app.conf.beat_schedule or {}),
         "planq-sweep-stale-runs": {"task": STALE_SWEEP_TASK, "schedule": stale_after / 2},
     }
-    return sweep_stale_runs
+    return sweep
 
 
 def install_recoverable_runs(

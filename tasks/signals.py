@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import (
+    beat_init,
     task_revoked,
     worker_init,
     worker_process_init,
@@ -72,6 +73,12 @@ def connect_signals(app: Celery) -> None:
             len(children),
         )
 
+    def _on_beat_init(sender: Any = None, **_: Any) -> None:
+        # Beat publishes maintenance sweeps every few seconds: no task-sent events for
+        # them (producers of phase jobs keep theirs), so Flower lists the work, not sweeps.
+        if for_app(sender):
+            app.conf.update(task_send_sent_event=False)
+
     def _on_revoked(request: Any = None, terminated: bool = False, **_: Any) -> None:
         logger.info("celery revoked %s (terminated=%s)", getattr(request, "id", "?"), terminated)
 
@@ -83,6 +90,7 @@ def connect_signals(app: Celery) -> None:
     worker_shutting_down.connect(
         _on_shutting_down, weak=False, dispatch_uid=f"planq-stop-{id(app)}"
     )
+    beat_init.connect(_on_beat_init, weak=False, dispatch_uid=f"planq-beat-{id(app)}")
     task_revoked.connect(_on_revoked, weak=False, dispatch_uid=f"planq-revoked-{id(app)}")
 
 

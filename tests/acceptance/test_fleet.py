@@ -92,4 +92,7 @@ def test_three_workers_share_300_jobs_from_a_separate_producer(
     tasks = wait_for(flower_sees_all, timeout=60, interval=1.0, what="Flower to see every job")
     nodes = {str(tasks[i]["worker"]).split("@")[0] for i in job_ids}  # type: ignore[index]
     assert nodes == {w.name for w in workers}
+    # Beat ran its sweeps all along (every 1 s here), and none of them crowds Flower's list.
+    shown = {str(t.get("name")) for t in flower.api("/api/tasks", limit=10_000).values()}
+    assert shown == {"planq.strategize_plan"}, shown
     record_reliability("fleet: 3 workers, 300 jobs, separate producer", JOBS, 0, 0, elapsed)
