@@ -778,10 +778,12 @@ def ledger_system(
             raise BenchError(f"{name} jobs ended badly: {bad}")
         return int(rows.get("succeeded", 0))
 
-    # planq itself; "planq-noev" is the same app with Celery task events off.
+    # planq itself, configured as it ships; "planq-noev" is the same app with every Celery
+    # task event off (its worker module, bench/planq_noevents.py, turns them off too).
     events = name == "planq"
     app = create_app(load_settings())
-    set_events(app, events)
+    if not events:
+        set_events(app, False)
     execute_plan = app.tasks["planq.execute_plan"]
 
     def delay(plan_id: str) -> Callable[[], Any]:

@@ -35,6 +35,9 @@ class PlanqSettings(BaseSettings):
     executors: dict[str, str] = Field(default_factory=dict)
     default_executor: str = "walk_steps"
     metrics_port: int = Field(0, ge=0, le=65535)
+    #: Producers send Celery's task-sent event (Flower then lists jobs from their enqueue,
+    #: not their delivery), at the cost of a second broker publish per delay().
+    task_sent_events: bool = False
     #: Boot sweep: another node's active run silent this long is presumed dead (>= 2 checkpoints).
     run_stale_after: float = Field(300.0, ge=60)
     #: Beat interval of the ledger_consistency scan; 0 = no beat entry (trigger it by hand).

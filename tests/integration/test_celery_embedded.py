@@ -192,6 +192,7 @@ def test_secrets_never_reach_ledger_logs_or_events(
         app.conf.broker_url,
         app.conf.planq_runtime.database_url,
         default_executor=f"{EXEC}:leak_secret",
+        task_sent_events=True,  # so the producer's event is checked too
     )
     captured: list[dict[str, Any]] = []
     ready, stop = threading.Event(), threading.Event()
