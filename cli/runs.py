@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import services
 from cli.context import Planq, planq
 from cli.output import BadInput, Refused, boundary, emit_json, print_fields, print_table
 from cli.views import FINDING_COLUMNS, finding_row, print_runs
@@ -119,8 +120,12 @@ def show(run_id: RunId, as_json: JsonOpt = False) -> None:
 @runs_app.command("cancel")
 @boundary
 def cancel(name: JobName, as_json: JsonOpt = False) -> None:
-    """Ask the job's Running run to stop at its next safe point; exit 1 if none is Running."""
-    with planq() as session:
+    """Ask the job's Running run to pause at its next safe point (a trigger resumes it).
+
+    Exit 1 if none is Running. A cancelled run ends Paused, its cursor kept, as the spec's
+    cancel does: nothing is thrown away.
+    """
+    with planq() as session:  # any job name with runs: the worker may know handlers we don't
         run_id = session.runs.request_cancel(name)
         if run_id is None:
             latest = session.runs.list_runs(name, limit=1)
@@ -130,7 +135,7 @@ def cancel(name: JobName, as_json: JsonOpt = False) -> None:
     if as_json:
         emit_json(doc)
     else:
-        typer.echo(f"run {run_id} of {name}: cancel requested")
+        typer.echo(f"run {run_id} of {name}: cancel requested; it pauses at its next batch")
 
 
 @runs_app.command("findings")
@@ -174,7 +179,7 @@ def purge(
 ) -> None:
     """Delete ended runs (and their findings) older than N days; active runs are never touched."""
     with planq() as session:
-        purged = session.runs.purge_terminal_runs(older_than_days)
+        purged, _ = services.purge_runs(session, older_than_days)
     if as_json:
         emit_json({"purged": purged, "older_than_days": older_than_days})
     else:
