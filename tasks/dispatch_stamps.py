@@ -44,6 +44,12 @@ class DispatchStamps:
         self._closed = False
         atexit.register(self.flush)
 
+    @property
+    def pending(self) -> int:
+        """How many ids wait for their stamp (held through an outage, or not yet flushed)."""
+        with self._lock:
+            return len(self._pending)
+
     def add(self, job_ids: Iterable[str]) -> None:
         """Remember ids whose message was just published; the thread stamps them soon."""
         with self._lock:

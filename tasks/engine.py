@@ -14,7 +14,7 @@ from domain.cancellation import CancellationToken
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
 from domain.health import WorkerHealthReport
-from domain.jobs import AsyncJob, AsyncJobStatus
+from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
 from domain.ledger import JobLedger, StuckReport
 from domain.outage import ride_out_outage
 from domain.plans import Plan, PlanPhase
@@ -111,10 +111,15 @@ class AsyncWorker:
         return self.run_job(job.job_id)
 
     def run_job(self, job_id: str) -> PickupResult:
-        """The Celery task body: claim by id (no read first), run, finish.
+        """Claim by id (no read first), run, finish; what happened."""
+        return self.run_job_reporting(job_id)[0]
+
+    def run_job_reporting(self, job_id: str) -> tuple[PickupResult, str | None]:
+        """The Celery task body: run_job, plus the error it wrote (None unless failed).
 
         Two ledger round trips on PostgreSQL: the claim moves the job and its plan and
         returns both; the finish ends the job and moves the plan. Each rides out an outage.
+        The error comes back as the row keeps it, so the task reports it without a read.
         """
         claimed = ride_out_outage(
             lambda: self.ledger.claim(job_id, self.worker_id), f"claim {job_id}"
@@ -123,7 +128,7 @@ class AsyncWorker:
             logger.info(
                 "job %s: not claimable (unknown, owned by another delivery, or ended)", job_id
             )
-            return PickupResult.skipped
+            return PickupResult.skipped, None
         job, plan = claimed
         token = self.tracker.track(job.job_id)
         try:
@@ -136,12 +141,12 @@ class AsyncWorker:
         )
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
-            return PickupResult.finished_elsewhere
+            return PickupResult.finished_elsewhere, None
         self._count(verdict.result)
         self._observe(job, verdict.status)
         if verdict.status is AsyncJobStatus.failed:
             self._maybe_retry(job)
-        return verdict.result
+        return verdict.result, redact_error(verdict.error)
 
     def _run_executor(self, job: AsyncJob, token: CancellationToken, plan: Plan | None) -> Verdict:
         ctx = JobContext(

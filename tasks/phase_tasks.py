@@ -83,7 +83,7 @@ class PhaseTask(Task):  # type: ignore[misc]
             raise Reject(f"no valid job id in the message ({job_id!r:.40})", requeue=False)
         runtime = runtime_for(self.app)
         try:
-            result = runtime.worker.run_job(job_id)
+            result, error = runtime.worker.run_job_reporting(job_id)
         except Exception as exc:
             # Celery logs, stores and sends (to Flower) what escapes: only its redacted text,
             # with neither its traceback's cause chain nor its own message.
@@ -91,8 +91,7 @@ class PhaseTask(Task):  # type: ignore[misc]
         if result is PickupResult.succeeded:
             return result.value
         if result in (PickupResult.failed, PickupResult.interrupted):
-            row = runtime.jobs.get(job_id)
-            raise PhaseJobFailed((row.error_message if row else None) or result.value)
+            raise PhaseJobFailed(error or result.value)
         if result is PickupResult.cancelled:
             self.send_event("task-revoked", terminated=False, signum=None, expired=False)
         raise Ignore()

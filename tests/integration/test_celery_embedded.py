@@ -51,6 +51,16 @@ def ready_plan(rt: Runtime, phase_done: PlanPhase | None = None) -> Plan:
     return got
 
 
+def sibling_app(app: Celery, executor: str, **settings: Any) -> Celery:
+    """An app on the same broker and ledger as `app`, running the named test executor."""
+    return make_app(
+        app.conf.broker_url,
+        app.conf.planq_runtime.database_url,
+        default_executor=f"{EXEC}:{executor}",
+        **settings,
+    )
+
+
 def queue_len(app: Celery, queue: str) -> int:
     return int(redis.Redis.from_url(app.conf.broker_url).llen(queue))
 
@@ -166,9 +176,7 @@ def test_heartbeat_is_one_statement_per_interval_for_all_jobs(
 
 
 def test_stop_trips_in_flight_tokens_and_keeps_checkpoints(app: Celery) -> None:
-    slow = make_app(
-        app.conf.broker_url, app.conf.planq_runtime.database_url, default_executor=f"{EXEC}:slow"
-    )
+    slow = sibling_app(app, "slow")
     with embedded_worker(slow) as worker:
         rt = worker.runtime
         plan = ready_plan(rt)
@@ -188,12 +196,8 @@ def test_stop_trips_in_flight_tokens_and_keeps_checkpoints(app: Celery) -> None:
 def test_secrets_never_reach_ledger_logs_or_events(
     app: Celery, caplog: pytest.LogCaptureFixture
 ) -> None:
-    leaky = make_app(
-        app.conf.broker_url,
-        app.conf.planq_runtime.database_url,
-        default_executor=f"{EXEC}:leak_secret",
-        task_sent_events=True,  # so the producer's event is checked too
-    )
+    # task_sent_events: the producer's event is checked too
+    leaky = sibling_app(app, "leak_secret", task_sent_events=True)
     captured: list[dict[str, Any]] = []
     ready, stop = threading.Event(), threading.Event()
 
@@ -238,11 +242,7 @@ def test_secrets_never_reach_ledger_logs_or_events(
 def test_an_exception_whose_str_raises_still_fails_the_job_redacted(
     app: Celery, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broken = make_app(
-        app.conf.broker_url,
-        app.conf.planq_runtime.database_url,
-        default_executor=f"{EXEC}:unprintable_secret",
-    )
+    broken = sibling_app(app, "unprintable_secret")
     caplog.set_level(logging.DEBUG)
     with embedded_runtime(broken) as rt:
         plan = ready_plan(rt)
