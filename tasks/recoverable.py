@@ -34,6 +34,7 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from celery import Celery
+from celery.exceptions import Ignore
 from celery.signals import worker_init, worker_shutting_down
 
 from domain.outage import ride_out_outage
@@ -66,6 +67,16 @@ _heartbeats: WeakKeyDictionary[Celery, tuple[int, RunHeartbeat]] = WeakKeyDictio
 _heartbeats_lock = threading.Lock()
 #: The stale bound assumed when an app never had its recovery signals connected.
 DEFAULT_STALE_AFTER = 300.0
+
+
+class RunFailed(Exception):
+    """A run that ended Failed: its redacted message, so Flower shows FAILURE, not SUCCESS.
+
+    Paused, Completed and a skipped trigger return the JobOutcome's dict (SUCCESS); a
+    Failed run, or a trigger that could not open its run, raises this (FAILURE); a trigger
+    that lost its run to another owner is IGNORED. The task is acked on receipt, so
+    raising never redelivers.
+    """
 
 
 def task_name(job_name: str) -> str:
@@ -186,6 +197,10 @@ def register_recoverable_job(
             metrics.run_stopped(handler.name, outcome.status.as_str())
             if outcome.status in {RunStatus.Completed, RunStatus.Failed}:
                 metrics.findings_recorded(handler.name, outcome.severity_counts)
+        if outcome.lost:  # the run's new owner reports it; this delivery is moot
+            raise Ignore()
+        if outcome.status is RunStatus.Failed or not (outcome.ok or outcome.paused):
+            raise RunFailed(outcome.message)
         return outcome.as_dict()
 
     task = app.task(
@@ -197,6 +212,7 @@ def register_recoverable_job(
         reject_on_worker_lost=False,
         time_limit=None,  # no wall-clock limit: cancellation is cooperative only
         soft_time_limit=None,
+        throws=(RunFailed,),  # an expected outcome: one log line, no traceback
     )(trigger)
 
     jobs[name] = handler

@@ -264,6 +264,8 @@ def test_flower_shows_the_ledgers_truth(
         plan = Plan.with_steps(["one"], name=name)
         runtime.plans.add(plan)
         plans[name] = producer.tasks[STRATEGIZE].delay(plan.plan_id).id
+    # A recoverable run that ends Failed (a bad param): FAILURE, as a failed job is.
+    failed_run = producer.tasks["planq.runs.ledger_consistency"].delay({"batch_size": "0"}).id
     wait_for_status(runtime.jobs, plans["slow"], AsyncJobStatus.running, timeout=60)
     producer.control.revoke(plans["slow"])  # Flower's own button sends exactly this
     for name, status in (
@@ -290,5 +292,9 @@ def test_flower_shows_the_ledgers_truth(
     assert "PermissionError" in failed["exception"] and "REDACTED" in failed["exception"]
     assert "SECRETVALUE123" not in str(failed)
     shown("slow", "REVOKED")
+    plans["run"] = failed_run
+    run = shown("run", "FAILURE")
+    assert run["exception"].startswith('RunFailed("ledger_consistency param batch_size'), run
+    assert "(run_id=" in run["exception"]
     everything = str(flower.api("/api/tasks"))
     assert "SECRETVALUE123" not in everything

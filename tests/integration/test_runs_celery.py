@@ -23,7 +23,12 @@ from domain.runs.checks import SERVER_RESTART_ERROR, SWEEP_ERROR
 from store import Database
 from store.models import AsyncJobModel, PlanModel, RecoverableRunModel
 from tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
-from tasks.recoverable import boot_recovery_sweep, register_recoverable_job, request_cancel
+from tasks.recoverable import (
+    RunFailed,
+    boot_recovery_sweep,
+    register_recoverable_job,
+    request_cancel,
+)
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import embedded_runtime, make_app
 from tests.runs_support import JOB, findings, wait_run
@@ -274,13 +279,15 @@ def test_cancel_pauses_at_the_cursor_and_a_trigger_resumes_there(
 
 
 def test_a_bad_param_fails_the_run_with_a_clear_message(app: Celery, runtime: Runtime) -> None:
-    outcome = trigger(app, batch_size=0).get(timeout=30)
+    sent = trigger(app, batch_size=0)
+    failure = sent.get(timeout=30, propagate=False)
 
-    assert outcome["ok"] is False and outcome["status"] == "Failed", outcome
-    assert outcome["message"].startswith("ledger_consistency param batch_size must be in")
-    assert outcome["message"].endswith(f"(run_id={outcome['run_id']})")
-    run = runtime.runs.get_run_by_id(outcome["run_id"])
-    assert run is not None and run.error_message is not None
+    assert sent.state == "FAILURE" and isinstance(failure, RunFailed), failure  # Flower's truth
+    message = str(failure)
+    assert message.startswith("ledger_consistency param batch_size must be in"), message
+    run = runtime.runs.list_runs(JOB, limit=1)[0]
+    assert message.endswith(f"(run_id={run.id})") and run.status is RunStatus.Failed
+    assert run.error_message is not None
     assert "batch_size must be in [1, 10000]" in run.error_message
     assert "batch_size" not in run.params  # a bad value is never stored for a resume
 
