@@ -29,8 +29,12 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
 
 def create_app(settings: PlanqSettings | None = None, main: str = "planq") -> Celery:
     """Build a configured app with planq's tasks; no connections are opened here."""
-    settings = settings or load_settings()
     app = Celery(main, set_as_current=False)
+    return configure_app(app, settings or load_settings())
+
+
+def configure_app(app: Celery, settings: PlanqSettings) -> Celery:
+    """Make an existing app a planq app (a test framework's app, an app of one's own)."""
     app.conf.update(celery_config(settings))
     config = runtime_config(settings)
     app.conf.planq_runtime = config
