@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
 from typing import Any
 
@@ -49,7 +51,7 @@ class EmbeddedWorker:
                 perform_ping_check=False,
                 shutdown_timeout=60.0,
                 loglevel="WARNING",
-                hostname=f"planq-embedded-{worker.worker_id}@localhost",
+                hostname=f"planq-embedded-{socket.gethostname()}-{os.getpid()}@localhost",
             )
         )
         self._stack = stack

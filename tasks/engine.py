@@ -23,7 +23,7 @@ from domain.redaction import describe_exception
 from tasks import metrics
 from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from tasks.store_poller import StorePoller
-from tasks.tracker import WORKER_SHUTDOWN, JobTracker
+from tasks.tracker import LOST_CLAIM, WORKER_SHUTDOWN, JobTracker
 
 logger = logging.getLogger("planq.worker")
 
@@ -53,14 +53,29 @@ class Verdict:
     result: PickupResult
 
 
+#: The ledger's worker_id column length: a worker id never exceeds it.
+WORKER_ID_MAX = 255
+
+
+def default_node_name() -> str:
+    """The node name of a process that runs no Celery worker (planq@<host>)."""
+    return f"planq@{socket.gethostname()}"
+
+
 def default_worker_id() -> str:
-    """worker-<host>-<pid>: names the process that holds a job (its claims are fenced by it)."""
+    """<node>/<pid> of this process: who holds a job (its claims are fenced by it)."""
     return worker_id_for(os.getpid())
 
 
-def worker_id_for(pid: int) -> str:
-    """The worker id a process of this host with this pid claims jobs under."""
-    return f"worker-{socket.gethostname()}-{pid}"
+def worker_id_for(pid: int, node: str | None = None) -> str:
+    """The worker id a process claims jobs under: the Celery node name, '/', its pid.
+
+    The node name is what Flower and run owners show; the pid keeps each prefork child's
+    claim its own, since fencing compares worker ids per process. An over-long node name
+    is cut so the id fits the ledger's column, pid kept.
+    """
+    suffix = f"/{pid}"
+    return f"{(node or default_node_name())[: WORKER_ID_MAX - len(suffix)]}{suffix}"
 
 
 class AsyncWorker:
@@ -102,6 +117,22 @@ class AsyncWorker:
         self._poller = StorePoller(
             job_store, self.run_job, config.max_workers, config.poll_interval
         )
+
+    def rename(self, worker_id: str) -> bool:
+        """Claim jobs under worker_id from now on (the node name became known); False if busy.
+
+        Refused while jobs run here: their claims, heartbeats and finishes are fenced by
+        the id they were claimed under.
+        """
+        if not isinstance(worker_id, str) or not worker_id.strip():
+            raise ValueError("worker_id must be a non-empty string")
+        if len(worker_id) > WORKER_ID_MAX:
+            raise ValueError(f"worker_id must be at most {WORKER_ID_MAX} characters")
+        if self.tracker.in_flight():
+            return False
+        self.worker_id = worker_id
+        self.health.worker_id = worker_id
+        return True
 
     # -- one job ---------------------------------------------------------------------
     def pickup_and_execute(self, job: AsyncJob) -> PickupResult:
@@ -177,10 +208,13 @@ class AsyncWorker:
         return Verdict(AsyncJobStatus.cancelled, None, PickupResult.cancelled)
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
-        ride_out_outage(
+        """One fenced write; a refused one means the job is no longer ours: stop it now."""
+        wrote = ride_out_outage(
             lambda: self.job_store.save_progress(job_id, progress, checkpoint, self.worker_id),
             f"progress {job_id}",
         )
+        if not wrote and self.tracker.cancel_local(job_id, LOST_CLAIM):
+            logger.info("job %s: no longer running under %s; stopping", job_id, self.worker_id)
 
     def _count(self, result: PickupResult) -> None:
         if result is PickupResult.succeeded:

@@ -22,7 +22,6 @@ from celery.worker import state as worker_state
 
 from domain.jobs import AsyncJobStatus
 from tasks import metrics
-from tasks.engine import worker_id_for
 from tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.revoke")
@@ -73,12 +72,14 @@ def planq_revoke(
     hosted = {job_id: _child_pids(job_id) for job_id in job_ids} if can_terminate else {}
     original = getattr(planq_revoke, _ORIGINAL)
     reply = original(state, task_id, terminate=can_terminate, signal=signal, **kwargs)
-    ledger = runtime_for(state.app).ledger
+    runtime = runtime_for(state.app)
+    ledger = runtime.ledger
     for job_id, pids in hosted.items():
         job = ledger.jobs.get(job_id) if pids else None
         for pid in pids if job is not None else []:
             assert job is not None
-            if ledger.finish(job, AsyncJobStatus.cancelled, worker_id=worker_id_for(pid)):
+            claim = runtime.worker_id_for(pid)  # the child's claim: `<this node>/<its pid>`
+            if ledger.finish(job, AsyncJobStatus.cancelled, worker_id=claim):
                 logger.info("revoke %s: terminated in child %d; row cancelled", job_id, pid)
     return reply
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from celery.signals import worker_init
+
 from domain.config import AsyncWorkerConfig
 from domain.jobs import AsyncJob
 from domain.lifecycle import PlanLifecycleService
@@ -17,7 +19,7 @@ from domain.redaction import Redactor
 from store import Database, SqlRunStoreProvider, sql_ledger
 from store.migrate import upgrade
 from tasks.dispatch_stamps import DispatchStamps
-from tasks.engine import AsyncWorker
+from tasks.engine import AsyncWorker, worker_id_for
 from tasks.executors import ExecutorRegistry
 
 logger = logging.getLogger("planq.runtime")
@@ -44,10 +46,11 @@ class Runtime:
     stamps); reads go through the stores (`jobs`, `plans`, `runs`).
     """
 
-    def __init__(self, app: Any, config: RuntimeConfig) -> None:
+    def __init__(self, app: Any, config: RuntimeConfig, node: str | None = None) -> None:
         self.app = app
         self.config = config
         self.pid = os.getpid()
+        self.node = node
         self.redactor = Redactor.from_patterns(config.redaction_patterns)
         if config.auto_migrate:
             upgrade(config.database_url)
@@ -61,12 +64,25 @@ class Runtime:
             self.plans,
             publish=self.publish,
             broadcast_cancel=self.broadcast_cancel,
+            worker_id=self.worker_id_for(self.pid),
         )
         self.ledger = self.worker.ledger
         self.stamps = DispatchStamps(self.ledger.mark_dispatched)
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish
         )
+
+    def worker_id_for(self, pid: int) -> str:
+        """The ledger worker_id of process pid of this node (`<node name>/<pid>`)."""
+        return worker_id_for(pid, self.node)
+
+    def name_node(self, node: str) -> None:
+        """Join Celery node `node`: claim jobs as `<node>/<pid>` from now on."""
+        self.node = node
+        if not self.worker.rename(self.worker_id_for(self.pid)):
+            logger.warning(
+                "node %s: jobs in flight, keeping worker id %s", node, self.worker.worker_id
+            )
 
     @cached_property
     def runs(self) -> SqlRunStoreProvider:
@@ -121,6 +137,16 @@ class RuntimeHolder:
         self.config = config
         self._runtime: Runtime | None = None
         self._lock = threading.Lock()
+        #: The Celery node name (worker_init's sender), inherited by forked children.
+        self.node: str | None = None
+
+    def name_node(self, node: str) -> None:
+        """Record the node name; this process's Runtime (if built) claims under it now."""
+        with self._lock:
+            self.node = node
+            runtime = self._runtime
+        if runtime is not None and runtime.pid == os.getpid():
+            runtime.name_node(node)
 
     def get(self) -> Runtime:
         """The Runtime of this process (a forked child drops the parent's, builds its own)."""
@@ -133,7 +159,7 @@ class RuntimeHolder:
                 return runtime
             if runtime is not None:
                 runtime.dispose_after_fork()
-            self._runtime = Runtime(self.app, self.config)
+            self._runtime = Runtime(self.app, self.config, self.node)
             return self._runtime
 
     def reset(self) -> None:
@@ -145,8 +171,19 @@ class RuntimeHolder:
 
 
 def attach_runtime(app: Any, config: RuntimeConfig) -> None:
-    """Give app its per-process Runtime holder (the composition root calls this once)."""
-    app.planq = RuntimeHolder(app, config)
+    """Give app its per-process Runtime holder (the composition root calls this once).
+
+    The holder learns the Celery node name on worker_init (in the worker's parent, before
+    any child forks), so every process of the node claims jobs as `<node name>/<pid>`.
+    """
+    holder = app.planq = RuntimeHolder(app, config)
+
+    def _on_worker_init(sender: Any = None, **_: Any) -> None:
+        node = getattr(sender, "hostname", None)
+        if getattr(sender, "app", None) is app and isinstance(node, str) and node:
+            holder.name_node(node)
+
+    worker_init.connect(_on_worker_init, weak=False, dispatch_uid=f"planq-node-{id(app)}")
 
 
 def runtime_for(app: Any) -> Runtime:

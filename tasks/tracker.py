@@ -15,6 +15,8 @@ logger = logging.getLogger("planq.heartbeat")
 
 CANCEL_REQUESTED = "cancel requested"
 WORKER_SHUTDOWN = "worker shutdown"
+#: The row is no longer running under this process's claim (swept, or taken over).
+LOST_CLAIM = "lost the claim"
 _POLL = b"p"
 _SHUTDOWN = b"s"
 

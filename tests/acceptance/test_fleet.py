@@ -64,7 +64,7 @@ def test_three_workers_share_300_jobs_from_a_separate_producer(
 
     # work spread over all three workers: each job names the prefork child that ran it
     pids_by_worker = {w.name: set(w.child_pids()) for w in workers}
-    ran_on = {int(r.worker_id.rsplit("-", 1)[1]) for r in rows.values() if r.worker_id}
+    ran_on = {int(r.worker_id.rsplit("/", 1)[1]) for r in rows.values() if r.worker_id}
     for name, pids in pids_by_worker.items():
         assert pids & ran_on, f"{name} ran no job"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from celery import Celery
+from celery.utils.nodenames import gethostname
 
 from domain.jobs import AsyncJobStatus
 from domain.plans import Plan, PlanPhase, PlanStatus
@@ -31,8 +32,8 @@ def test_execute_plan_delay_runs_on_a_prefork_worker(
     job = wait_for_status(runtime.jobs, result.id, AsyncJobStatus.succeeded, timeout=60)
     stored = runtime.plans.get(plan.plan_id)
     assert stored is not None and stored.label == "Execute/COMPLETE"
-    assert job.worker_id is not None and job.worker_id.startswith("worker-")
-    assert str(worker.pid) not in job.worker_id  # ran in a prefork child, not the parent
+    assert job.worker_id is not None and job.worker_id.startswith(f"w1@{gethostname()}/")
+    assert int(job.worker_id.rsplit("/", 1)[1]) in worker.child_pids()  # a child, not the parent
     assert job.last_heartbeat is not None and job.started_at is not None
     assert job.last_heartbeat > job.started_at  # the heartbeat advanced while it ran
     assert int(REDIS.get(runs_key(job.job_id)) or 0) == 1

@@ -41,8 +41,7 @@ def worker(
 
 def test_identity_and_health_report(jobs: JobStore, plans: PlanStore) -> None:
     engine = worker(jobs, plans)
-    assert engine.worker_id.startswith("worker-")
-    assert socket.gethostname() in engine.worker_id and str(os.getpid()) in engine.worker_id
+    assert engine.worker_id == f"planq@{socket.gethostname()}/{os.getpid()}"  # no Celery node
     report = engine.health_report()
     assert report["worker_id"] == engine.worker_id
     assert report["jobs_processed"] == report["jobs_failed"] == report["jobs_cancelled"] == 0
