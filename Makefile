@@ -8,6 +8,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test lint unit format bench clean
 
 $(STAMP): pyproject.toml
+	@echo "planq: creating $(VENV) and installing planq with its dev tools (first run: about a minute)..."
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
