@@ -94,6 +94,7 @@ class ResumeInspectHandler:
 # -- Tests ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.spec("recoverable_runs: fresh_run_completes_and_marks_status_completed")
 def test_fresh_run_completes_and_marks_status_completed(provider: RunStoreProvider) -> None:
     outcome = run_or_resume(CompletingHandler(), provider, {})
 
@@ -104,6 +105,7 @@ def test_fresh_run_completes_and_marks_status_completed(provider: RunStoreProvid
     assert last_status(provider) is RunStatus.Completed
 
 
+@pytest.mark.spec("recoverable_runs: paused_run_persists_cursor_and_marks_status_paused")
 def test_paused_run_persists_cursor_and_marks_status_paused(provider: RunStoreProvider) -> None:
     outcome = run_or_resume(PausingHandler(), provider, {})
 
@@ -115,6 +117,7 @@ def test_paused_run_persists_cursor_and_marks_status_paused(provider: RunStorePr
     assert last_cursor(provider) == b"halfway"
 
 
+@pytest.mark.spec("recoverable_runs: failed_run_marks_status_failed_and_returns_err")
 def test_failed_run_marks_status_failed_and_returns_err(provider: RunStoreProvider) -> None:
     outcome = run_or_resume(FailingHandler(), provider, {})
 
@@ -124,6 +127,7 @@ def test_failed_run_marks_status_failed_and_returns_err(provider: RunStoreProvid
     assert last_status(provider) is RunStatus.Failed
 
 
+@pytest.mark.spec("recoverable_runs: resume_hands_cursor_back_to_handler")
 def test_resume_hands_cursor_back_to_handler(provider: RunStoreProvider) -> None:
     # Run 1 pauses with cursor.
     run_or_resume(PausingHandler(), provider, {})
@@ -135,6 +139,7 @@ def test_resume_hands_cursor_back_to_handler(provider: RunStoreProvider) -> None
     assert seen == [b"halfway"]
 
 
+@pytest.mark.spec("recoverable_runs: concurrent_trigger_hits_already_active")
 def test_concurrent_trigger_hits_already_active(provider: RunStoreProvider) -> None:
     # Seed a Running row (simulates an in-flight prior dispatch).
     seeded_run_id = seed_running(provider, CompletingHandler.name)
@@ -151,6 +156,7 @@ def test_concurrent_trigger_hits_already_active(provider: RunStoreProvider) -> N
     assert last_status(provider) is RunStatus.Running
 
 
+@pytest.mark.spec("recoverable_runs: boot_recovery_sweep_flips_running_to_paused")
 def test_boot_recovery_sweep_flips_running_to_paused(provider: RunStoreProvider) -> None:
     seed_running(provider, "first")  # the spec seeds one job name twice: planq forbids it
     seed_running(provider, "second")
@@ -162,6 +168,7 @@ def test_boot_recovery_sweep_flips_running_to_paused(provider: RunStoreProvider)
     assert {r.error_message for r in provider.list_runs()} == {"server restart mid-run"}
 
 
+@pytest.mark.spec("recoverable_runs: runstatus_parse_is_symmetric")
 def test_runstatus_parse_is_symmetric() -> None:
     for s in [
         RunStatus.Running,
