@@ -24,14 +24,39 @@ DEFAULT_HEARTBEAT_INTERVAL = 5.0
 #: A derived heartbeat interval leaves this many beats inside one job_timeout.
 HEARTBEATS_PER_TIMEOUT = 3
 
+#: Upper bounds. A duration is added to and subtracted from datetimes (`now - job_ttl`,
+#: `now + dispatch_grace`) and waited on by threads: ten years is far inside what
+#: datetime, timedelta and `threading.TIMEOUT_MAX` hold, and far above any useful value.
+MAX_DURATION = 10 * 365 * 24 * 3600.0
+MAX_WORKERS = 1024  #: threads or processes one worker runs jobs on
+MAX_ATTEMPTS = 100  #: tries of one phase, the first included
+MAX_DISPATCHES = 1000  #: publishes of one unclaimed row before it fails "never picked up"
 
-def _positive(name: str, value: object, *, integer: bool = False) -> None:
+
+def shown(value: object) -> str:
+    """repr(value), except an integer too long to print usefully (10**400) is summarised."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)
+
+
+def plain(number: float) -> str:
+    """A bound as people write it: 315360000, not 3.1536e+08."""
+    return str(int(number)) if float(number).is_integer() else str(number)
+
+
+def _bounded(name: str, value: object, upper: float, *, integer: bool = False) -> None:
+    """A number in (0, upper]; NaN, infinities and huge integers are refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"{name} must be a number, got {value!r}")
     if integer and not isinstance(value, int):
         raise ConfigurationError(f"{name} must be an integer, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be a finite number greater than 0, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+    if not 0 < value <= upper:  # int vs float compares exactly: no OverflowError
+        raise ConfigurationError(
+            f"{name} must be greater than 0 and at most {plain(upper)}, got {shown(value)}"
+        )
 
 
 def derive_heartbeat_interval(job_timeout: float) -> float:
@@ -42,6 +67,10 @@ def derive_heartbeat_interval(job_timeout: float) -> float:
 @dataclass(frozen=True, slots=True, init=False)
 class AsyncWorkerConfig:
     """How jobs are run, watched and kept; every number is validated at construction.
+
+    Every number is in (0, its bound]: durations up to MAX_DURATION seconds, counts up to
+    MAX_WORKERS, MAX_ATTEMPTS, MAX_DISPATCHES, so no value starts fine and then makes
+    every sweep raise OverflowError.
 
     heartbeat_interval, when not given (or None), is derived from job_timeout
     (`derive_heartbeat_interval`), so a default never contradicts a valid job_timeout;
@@ -74,22 +103,22 @@ class AsyncWorkerConfig:
     ) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
-        _positive("max_workers", max_workers, integer=True)
-        _positive("poll_interval", poll_interval)
-        _positive("job_timeout", job_timeout)
-        _positive("job_ttl", job_ttl)
+        _bounded("max_workers", max_workers, MAX_WORKERS, integer=True)
+        _bounded("poll_interval", poll_interval, MAX_DURATION)
+        _bounded("job_timeout", job_timeout, MAX_DURATION)
+        _bounded("job_ttl", job_ttl, MAX_DURATION)
         if heartbeat_interval is None:
             heartbeat_interval = derive_heartbeat_interval(job_timeout)
         else:
-            _positive("heartbeat_interval", heartbeat_interval)
+            _bounded("heartbeat_interval", heartbeat_interval, MAX_DURATION)
             if heartbeat_interval >= job_timeout:
                 raise ConfigurationError(
                     f"heartbeat_interval ({heartbeat_interval}) must be below "
                     f"job_timeout ({job_timeout}), or every job looks stuck"
                 )
-        _positive("max_attempts", max_attempts, integer=True)
-        _positive("dispatch_grace", dispatch_grace)
-        _positive("max_dispatches", max_dispatches, integer=True)
+        _bounded("max_attempts", max_attempts, MAX_ATTEMPTS, integer=True)
+        _bounded("dispatch_grace", dispatch_grace, MAX_DURATION)
+        _bounded("max_dispatches", max_dispatches, MAX_DISPATCHES, integer=True)
         values = {
             "enabled": enabled,
             "max_workers": max_workers,

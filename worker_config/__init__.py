@@ -10,12 +10,24 @@ import; a web app that imports planq keeps running and can report it.
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker_config.factory import create_app
-from worker_config.settings import PlanqSettings, load_settings
+from domain.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from worker_config.factory import create_app
+    from worker_config.settings import PlanqSettings, load_settings
+
+#: Exit status of `celery -A worker_config …` refused for an invalid setting (as the CLI's).
+BAD_SETTING_EXIT = 2
+_LAZY = {
+    "create_app": "worker_config.factory",
+    "PlanqSettings": "worker_config.settings",
+    "load_settings": "worker_config.settings",
+}
 _TASKS = {
     "strategize_plan": "planq.strategize_plan",
     "execute_plan": "planq.execute_plan",
@@ -27,18 +39,50 @@ _built: dict[str, Any] = {}
 
 def get_app() -> Any:
     """The process's default planq app, built from the environment on first use."""
+    from worker_config.factory import create_app
+
     with _lock:
         if "app" not in _built:
             _built["app"] = create_app()
         return _built["app"]
 
 
-def __getattr__(name: str) -> Any:
-    """`app` and the phase tasks, built lazily (PEP 562)."""
-    if name == "app":
+def _celery_command_app() -> Any:
+    """The app for `celery -A worker_config`: a bad setting is one line and exit 2.
+
+    Only when Celery's own command line is loading it (its `find_app` is on the stack);
+    anyone else gets the ConfigurationError, never a SystemExit.
+    """
+    try:
         return get_app()
+    except ConfigurationError as exc:
+        if not _loaded_by_celery_command():
+            raise
+        sys.stderr.write(f"planq: invalid setting: {exc}\n")
+        sys.stderr.flush()
+        raise SystemExit(BAD_SETTING_EXIT) from None
+
+
+def _loaded_by_celery_command() -> bool:
+    suffix = os.path.join("celery", "app", "utils.py")
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "find_app" and frame.f_code.co_filename.endswith(suffix):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def __getattr__(name: str) -> Any:
+    """`app`, the phase tasks and the factory, imported or built lazily (PEP 562)."""
+    if name == "app":
+        return _celery_command_app()
     if name in _TASKS:
         return get_app().tasks[_TASKS[name]]
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'worker_config' has no attribute {name!r}")
 
 

@@ -11,6 +11,7 @@ from tasks.recoverable import install_recoverable_runs
 from tasks.runtime import RuntimeConfig, attach_runtime
 from tasks.signals import connect_signals
 from worker_config.celery_config import celery_config
+from worker_config.preflight import connect_preflight
 from worker_config.settings import PlanqSettings, load_settings
 
 
@@ -42,6 +43,7 @@ def configure_app(app: Celery, settings: PlanqSettings) -> Celery:
     register_phase_tasks(app)
     register_maintenance_tasks(app)
     connect_signals(app)
+    connect_preflight(app, config)  # `celery worker` refuses to start without a usable ledger
     install_recoverable_runs(
         app,
         stale_after=settings.run_stale_after,

@@ -1,14 +1,52 @@
-"""Settings from the environment (PLANQ_*), validated once at start-up."""
+"""Settings from the environment (PLANQ_*), read where they are first needed.
+
+An invalid value is ONE line naming the variable and the rule, for example
+`PLANQ_HEARTBEAT_INTERVAL=400: must be below PLANQ_JOB_TIMEOUT (300), …`. Every number
+is bounded (durations finite and at most ten years, counts capped), so no value starts
+fine and then fails in every sweep; the ledger URL must name SQLite or PostgreSQL.
+Secrets are never echoed: URLs are shown with their passwords redacted.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import json
+import logging
+import os
+import re
+import threading
+from typing import Annotated, Any
+
+from annotated_types import Ge, Gt, Le
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from domain import config
-from domain.config import AsyncWorkerConfig
+from domain.config import AsyncWorkerConfig, plain, shown
 from domain.errors import ConfigurationError
-from domain.redaction import Redactor
+from domain.redaction import Redactor, redact_secrets
+
+logger = logging.getLogger("planq.settings")
+
+DEFAULT_DATABASE_URL = "sqlite:///planq.db"
+#: The databases the ledger runs on (SQLAlchemy backend names).
+LEDGER_BACKENDS = ("sqlite", "postgresql")
+_URL = re.compile(r"(?P<backend>[A-Za-z][\w.-]*?)(?:\+[\w.-]+)?://")
+_EXECUTOR_REF = re.compile(r"[A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)?")
+_PHASES = ("strategize", "execute", "apply")
+_NEVER_SHOWN = {"api_token"}
+_SHOWN_REDACTED = {"broker_url", "database_url"}
+_MAX_SHOWN = 80
+
+_warned_lock = threading.Lock()
+_warned_default_ledger = False
+
+
+def _seconds(default: float | None, *, ge: float | None = None) -> Any:
+    """A duration: a finite number of seconds above 0 (or at least ge), at most ten years."""
+    if ge is not None:
+        return Field(default, ge=ge, le=config.MAX_DURATION, allow_inf_nan=False)
+    return Field(default, gt=0, le=config.MAX_DURATION, allow_inf_nan=False)
 
 
 class PlanqSettings(BaseSettings):
@@ -17,31 +55,34 @@ class PlanqSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PLANQ_", extra="ignore")
 
     broker_url: str = "redis://127.0.0.1:6379/0"
-    database_url: str = "sqlite:///planq.db"
-    job_timeout: float = Field(config.DEFAULT_JOB_TIMEOUT, gt=0)
-    job_ttl: float = Field(config.DEFAULT_JOB_TTL, gt=0)
+    #: Unset: ./planq.db, with a warning naming the file (`load_settings`).
+    database_url: str = DEFAULT_DATABASE_URL
+    job_timeout: float = _seconds(config.DEFAULT_JOB_TIMEOUT)
+    job_ttl: float = _seconds(config.DEFAULT_JOB_TTL)
     #: Unset: derived from job_timeout (`domain.config.derive_heartbeat_interval`).
-    heartbeat_interval: float | None = Field(None, gt=0)
-    max_workers: int = Field(config.DEFAULT_MAX_WORKERS, ge=1)
-    poll_interval: float = Field(config.DEFAULT_POLL_INTERVAL, gt=0)
-    max_attempts: int = Field(config.DEFAULT_MAX_ATTEMPTS, ge=1)
-    dispatch_grace: float = Field(config.DEFAULT_DISPATCH_GRACE, gt=0)
-    max_dispatches: int = Field(config.DEFAULT_MAX_DISPATCHES, ge=1)
-    visibility_timeout: float = Field(12 * 3600.0, gt=0)
-    stuck_check_interval: float = Field(30.0, gt=0)
-    cleanup_interval: float = Field(3600.0, gt=0)
-    relay_interval: float = Field(30.0, gt=0)
-    redaction_patterns: list[str] = Field(default_factory=list)
-    executors: dict[str, str] = Field(default_factory=dict)
+    heartbeat_interval: float | None = _seconds(None)
+    max_workers: int = Field(config.DEFAULT_MAX_WORKERS, ge=1, le=config.MAX_WORKERS)
+    poll_interval: float = _seconds(config.DEFAULT_POLL_INTERVAL)
+    max_attempts: int = Field(config.DEFAULT_MAX_ATTEMPTS, ge=1, le=config.MAX_ATTEMPTS)
+    dispatch_grace: float = _seconds(config.DEFAULT_DISPATCH_GRACE)
+    max_dispatches: int = Field(config.DEFAULT_MAX_DISPATCHES, ge=1, le=config.MAX_DISPATCHES)
+    visibility_timeout: float = _seconds(12 * 3600.0)
+    stuck_check_interval: float = _seconds(30.0)
+    cleanup_interval: float = _seconds(3600.0)
+    relay_interval: float = _seconds(30.0)
+    #: JSON list of regular expressions (decoded here, so a bad value names the rule).
+    redaction_patterns: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: JSON object: phase -> "module:function" or a builtin executor name.
+    executors: Annotated[dict[str, str], NoDecode] = Field(default_factory=dict)
     default_executor: str = "walk_steps"
     metrics_port: int = Field(0, ge=0, le=65535)
     #: Producers send Celery's task-sent event (Flower then lists jobs from their enqueue,
     #: not their delivery), at the cost of a second broker publish per delay().
     task_sent_events: bool = False
     #: Boot sweep: another node's active run silent this long is presumed dead (>= 2 checkpoints).
-    run_stale_after: float = Field(300.0, ge=60)
+    run_stale_after: float = _seconds(300.0, ge=60)
     #: Beat interval of the ledger_consistency scan; 0 = no beat entry (trigger it by hand).
-    ledger_consistency_interval: float = Field(0.0, ge=0)
+    ledger_consistency_interval: float = _seconds(0.0, ge=0)
     #: `planq api`: bearer token for the admin API; unset = no auth, bound to loopback only.
     api_token: SecretStr | None = None
     #: `planq api`: let reads through without the token (writes always need it).
@@ -49,15 +90,77 @@ class PlanqSettings(BaseSettings):
     #: `planq api`: where operators reach Flower; the dashboard links to it when set.
     flower_url: str = ""
 
+    @field_validator("database_url")
+    @classmethod
+    def _ledger_url(cls, url: str) -> str:
+        match = _URL.match(url)
+        if match is None:
+            raise ConfigurationError(
+                f"PLANQ_DATABASE_URL={_show('database_url', url)}: must be a database URL, "
+                "sqlite:///path/planq.db or postgresql://user@host:5432/planq"
+            )
+        backend = match["backend"].lower()
+        if backend not in LEDGER_BACKENDS:
+            raise ConfigurationError(
+                f"PLANQ_DATABASE_URL={_show('database_url', url)}: the ledger runs on SQLite or "
+                f"PostgreSQL (sqlite:///path or postgresql://user@host/db), not {backend!r}"
+            )
+        return url
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url(cls, url: str) -> str:
+        if _URL.match(url) is None:
+            raise ConfigurationError(
+                f"PLANQ_BROKER_URL={_show('broker_url', url)}: must be a broker URL such as "
+                "redis://127.0.0.1:6379/0 or amqp://user@host:5672//"
+            )
+        return url
+
+    @field_validator("executors", mode="before")
+    @classmethod
+    def _executors(cls, value: object) -> object:
+        parsed = _json(value)
+        if not (
+            isinstance(parsed, dict)
+            and all(
+                key in _PHASES and isinstance(ref, str) and _EXECUTOR_REF.fullmatch(ref)
+                for key, ref in parsed.items()
+            )
+        ):
+            raise ConfigurationError(
+                f'PLANQ_EXECUTORS: must be a JSON object of phase → "module:function" '
+                f"(phases: {', '.join(_PHASES)}), got {_clip(value)!r}"
+            )
+        return parsed
+
+    @field_validator("redaction_patterns", mode="before")
+    @classmethod
+    def _patterns(cls, value: object) -> object:
+        parsed = _json(value)
+        if not (isinstance(parsed, list) and all(isinstance(p, str) for p in parsed)):
+            raise ConfigurationError(
+                "PLANQ_REDACTION_PATTERNS: must be a JSON list of regular expressions, "
+                f"got {_clip(value)!r}"
+            )
+        try:
+            Redactor.from_patterns(parsed)
+        except ValueError as exc:
+            raise ConfigurationError(f"PLANQ_REDACTION_PATTERNS: {exc}") from None
+        return parsed
+
     @model_validator(mode="after")
     def _coherent(self) -> PlanqSettings:
         if self.visibility_timeout <= self.job_timeout:
-            raise ValueError(
-                "visibility_timeout must be above job_timeout, or long jobs are delivered twice"
+            raise ConfigurationError(
+                f"PLANQ_VISIBILITY_TIMEOUT={plain(self.visibility_timeout)}: must be above "
+                f"PLANQ_JOB_TIMEOUT ({plain(self.job_timeout)}), or a long job is delivered twice"
             )
         if self.heartbeat_interval is not None and self.heartbeat_interval >= self.job_timeout:
-            raise ValueError("heartbeat_interval must be below job_timeout")
-        Redactor.from_patterns(self.redaction_patterns)
+            raise ConfigurationError(
+                f"PLANQ_HEARTBEAT_INTERVAL={plain(self.heartbeat_interval)}: must be below "
+                f"PLANQ_JOB_TIMEOUT ({plain(self.job_timeout)}), or every job looks stuck"
+            )
         return self
 
     def worker_config(self) -> AsyncWorkerConfig:
@@ -75,11 +178,92 @@ class PlanqSettings(BaseSettings):
 
 
 def load_settings(**overrides: object) -> PlanqSettings:
-    """Read the environment; an invalid value is one clear line naming the variable."""
+    """Read the environment; an invalid value is a ConfigurationError of one line.
+
+    An unset PLANQ_DATABASE_URL with a real broker logs a warning (once per process)
+    naming the SQLite file in use: a fleet whose members each use their own ./planq.db
+    looks empty from everywhere else.
+    """
     try:
-        return PlanqSettings(**overrides)  # type: ignore[arg-type]
+        settings = PlanqSettings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "settings"
-        name = f"PLANQ_{field.upper()}" if first["loc"] else "PLANQ settings"
-        raise ConfigurationError(f"{name}: {first['msg']}") from None
+        raise ConfigurationError(describe(exc)) from None
+    except SettingsError as exc:  # a value pydantic-settings could not decode
+        raise ConfigurationError(f"PLANQ settings: {exc}") from None
+    _warn_default_ledger(settings)
+    return settings
+
+
+def describe(exc: ValidationError) -> str:
+    """The first error as `PLANQ_NAME=value: rule`, and how many more there are."""
+    errors = exc.errors()
+    more = f" (and {len(errors) - 1} more invalid PLANQ_* settings)" if len(errors) > 1 else ""
+    first = errors[0]
+    cause = first.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigurationError):  # our validators word their own line
+        return f"{cause}{more}"
+    field = str(first["loc"][0]) if first["loc"] else ""
+    if field not in PlanqSettings.model_fields:
+        return f"PLANQ settings: {first['msg']}{more}"
+    return f"PLANQ_{field.upper()}={_show(field, first['input'])}: {_rule(field, first)}{more}"
+
+
+def _rule(field: str, error: ErrorDetails) -> str:
+    """What a valid value of field looks like, from its type and bounds."""
+    info = PlanqSettings.model_fields[field]
+    bounds: dict[type, Any] = {type(m): m for m in info.metadata}
+    if info.annotation is bool:
+        return "must be true or false"
+    if info.annotation is int:
+        low, high = bounds[Ge].ge, bounds[Le].le
+        return f"must be a whole number from {plain(low)} to {plain(high)}"
+    if info.annotation in (float, float | None):
+        low_text = (
+            f"above {plain(bounds[Gt].gt)}" if Gt in bounds else f"at least {plain(bounds[Ge].ge)}"
+        )
+        high = bounds[Le].le
+        years = " (ten years)" if high == config.MAX_DURATION else ""
+        return f"must be a finite number of seconds {low_text} and at most {plain(high)}{years}"
+    return str(error["msg"])
+
+
+def _show(field: str, value: object) -> str:
+    """The value as given, clipped; secrets never, URLs with passwords redacted."""
+    if field in _NEVER_SHOWN:
+        return "***"
+    text = value if isinstance(value, str) else shown(value)
+    if field in _SHOWN_REDACTED:
+        text = redact_secrets(text)
+    return _clip(text)
+
+
+def _clip(value: object) -> str:
+    text = value if isinstance(value, str) else shown(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 1] + "…"
+
+
+def _json(value: object) -> object:
+    """A JSON text decoded (a value that is not JSON comes back as given, to be refused)."""
+    if not isinstance(value, str | bytes):
+        return value
+    try:
+        decoded: object = json.loads(value)
+    except ValueError:
+        return value
+    return decoded
+
+
+def _warn_default_ledger(settings: PlanqSettings) -> None:
+    global _warned_default_ledger
+    if "database_url" in settings.model_fields_set or settings.broker_url.startswith("memory:"):
+        return
+    with _warned_lock:
+        if _warned_default_ledger:
+            return
+        _warned_default_ledger = True
+    path = os.path.abspath(settings.database_url.split(":///", 1)[1])
+    logger.warning(
+        "PLANQ_DATABASE_URL is unset: the ledger is the SQLite file %s; set PLANQ_DATABASE_URL "
+        "so every worker, beat and CLI of the fleet share one ledger",
+        path,
+    )
