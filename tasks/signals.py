@@ -1,4 +1,6 @@
-"""Celery signal handlers: process setup after fork, the revoke bridge, warm shutdown.
+"""Celery signal handlers: process setup, the revoke bridge, warm shutdown, token holds.
+
+A phase delivery holds its cancellation token from task_prerun to task_postrun.
 
 Ledger state transitions never happen here (Celery swallows a receiver's exception); they
 happen in the task body. Handlers only set up the process and wake the tracker.
@@ -15,6 +17,8 @@ from typing import Any
 from celery import Celery
 from celery.signals import (
     beat_init,
+    task_postrun,
+    task_prerun,
     task_revoked,
     worker_init,
     worker_process_init,
@@ -79,6 +83,26 @@ def connect_signals(app: Celery) -> None:
         if for_app(sender):
             app.conf.update(task_send_sent_event=False)
 
+    def is_phase_task(task: Any) -> bool:
+        return getattr(task, "app", None) is app and hasattr(task, "phase")
+
+    def _on_prerun(task_id: Any = None, task: Any = None, **_: Any) -> None:
+        # Where the task runs (the child, under prefork): hold the token from now, so a
+        # revoke or a warm shutdown before the claim still reaches the job. The heartbeat
+        # starts at the claim (the engine), the one statement per interval stays.
+        if is_phase_task(task) and isinstance(task_id, str):
+            try:
+                runtime_for(app).worker.tracker.hold(task_id.upper())
+            except Exception:  # Celery would only log it quietly
+                logger.exception("task_prerun %s: could not hold its token", task_id)
+
+    def _on_postrun(task_id: Any = None, task: Any = None, **_: Any) -> None:
+        if is_phase_task(task) and isinstance(task_id, str):
+            try:
+                runtime_for(app).worker.tracker.release(task_id.upper())
+            except Exception:
+                logger.exception("task_postrun %s: could not release its token", task_id)
+
     def _on_revoked(request: Any = None, terminated: bool = False, **_: Any) -> None:
         logger.info("celery revoked %s (terminated=%s)", getattr(request, "id", "?"), terminated)
 
@@ -92,6 +116,8 @@ def connect_signals(app: Celery) -> None:
     )
     beat_init.connect(_on_beat_init, weak=False, dispatch_uid=f"planq-beat-{id(app)}")
     task_revoked.connect(_on_revoked, weak=False, dispatch_uid=f"planq-revoked-{id(app)}")
+    task_prerun.connect(_on_prerun, weak=False, dispatch_uid=f"planq-prerun-{id(app)}")
+    task_postrun.connect(_on_postrun, weak=False, dispatch_uid=f"planq-postrun-{id(app)}")
 
 
 def _pool_child_pids() -> list[int]:

@@ -30,12 +30,21 @@ class JobTracker:
     One daemon thread writes one statement per interval for all tracked jobs; the same
     statement returns cancel requests, so a cancel arrives even if every broadcast was lost.
     `poke()` (async-signal-safe) makes it look at the ledger at once.
+
+    Under Celery, `task_prerun` holds a delivery's token (`hold`) and `task_postrun`
+    releases it (`release`): a revoke or a warm shutdown that lands before the claim
+    still trips it. Only a claimed job (`track`, after the claim's compare-and-set) is
+    beaten: the fenced heartbeat would report a row not yet claimed as lost. A token goes
+    when its job is neither beaten nor held, so a duplicate delivery in the same process
+    that is dropped never releases the token of the delivery that runs.
     """
 
     def __init__(self, beat: Beat, interval: float) -> None:
         self._beat = beat
         self.interval = interval
         self._tokens: dict[str, CancellationToken] = {}
+        self._beating: set[str] = set()
+        self._holds: dict[str, int] = {}
         self._lock = threading.Lock()
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._write_fd, False)
@@ -44,10 +53,26 @@ class JobTracker:
         self.beats = 0
 
     # -- jobs ----------------------------------------------------------------------
+    def hold(self, job_id: str) -> CancellationToken:
+        """A delivery of job_id is about to run here (task_prerun): its token, not beaten."""
+        with self._lock:
+            self._holds[job_id] = self._holds.get(job_id, 0) + 1
+            return self._tokens.setdefault(job_id, CancellationToken())
+
+    def release(self, job_id: str) -> None:
+        """That delivery is over (task_postrun); the token goes unless the job still runs."""
+        with self._lock:
+            left = self._holds.pop(job_id, 0) - 1
+            if left > 0:
+                self._holds[job_id] = left
+            elif job_id not in self._beating:
+                self._tokens.pop(job_id, None)
+
     def track(self, job_id: str) -> CancellationToken:
-        """Start heartbeating job_id; its token is returned."""
+        """Start heartbeating job_id (claimed by this process); its token is returned."""
         with self._lock:
             token = self._tokens.setdefault(job_id, CancellationToken())
+            self._beating.add(job_id)
             if self._thread is None or not self._thread.is_alive():
                 self._stopped = False
                 self._thread = threading.Thread(
@@ -57,14 +82,16 @@ class JobTracker:
             return token
 
     def untrack(self, job_id: str) -> None:
-        """Stop heartbeating job_id (it ended)."""
+        """Stop heartbeating job_id (it ended); its token goes unless a delivery holds it."""
         with self._lock:
-            self._tokens.pop(job_id, None)
+            self._beating.discard(job_id)
+            if not self._holds.get(job_id):
+                self._tokens.pop(job_id, None)
 
     def in_flight(self) -> list[str]:
-        """Ids of the jobs running in this process now."""
+        """Ids of the jobs running (claimed) in this process now."""
         with self._lock:
-            return list(self._tokens)
+            return list(self._beating)
 
     def token(self, job_id: str) -> CancellationToken | None:
         """The token of a job running here, if any."""
@@ -127,7 +154,7 @@ class JobTracker:
             except Exception:
                 logger.exception("heartbeat write failed; will retry next interval")
             with self._lock:
-                if not self._tokens:
+                if not self._beating:
                     self._thread = None
                     return
 

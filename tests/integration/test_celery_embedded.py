@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from celery.signals import task_prerun
 from sqlalchemy import event
 
 from domain.errors import InvalidIdError, InvalidPlanTransitionError, PlanNotFoundError
@@ -137,16 +138,30 @@ def test_four_jobs_run_at_once_on_max_workers_4(app: Celery, runtime: Runtime) -
 
 
 def test_duplicate_delivery_runs_the_phase_once(app: Celery, runtime: Runtime) -> None:
-    plan = ready_plan(runtime)
-    result = app.tasks["planq.strategize_plan"].delay(plan.plan_id)
-    job = runtime.jobs.get(result.id)
-    assert job is not None
-    task = app.tasks["planq.strategize_plan"]
-    task.publish_job(job)
-    task.publish_job(job)  # the same message three times in all
-    wait_for_status(runtime.jobs, job.job_id, AsyncJobStatus.succeeded)
-    wait_for(lambda: queue_len(app, "planq.strategize") == 0, what="duplicates consumed")
+    held_at_prerun: list[bool] = []
+
+    def after_planqs_receiver(task_id: Any = None, **_: Any) -> None:
+        held_at_prerun.append(runtime.worker.tracker.token(str(task_id)) is not None)
+
+    task_prerun.connect(after_planqs_receiver, weak=False, dispatch_uid="test-held")
+    try:
+        plan = ready_plan(runtime)
+        result = app.tasks["planq.strategize_plan"].delay(plan.plan_id)
+        job = runtime.jobs.get(result.id)
+        assert job is not None
+        task = app.tasks["planq.strategize_plan"]
+        task.publish_job(job)
+        task.publish_job(job)  # the same message three times in all
+        wait_for_status(runtime.jobs, job.job_id, AsyncJobStatus.succeeded)
+        wait_for(lambda: len(held_at_prerun) == 3, what="all three deliveries")
+    finally:
+        task_prerun.disconnect(dispatch_uid="test-held")
     assert int(REDIS.get(runs_key(job.job_id)) or 0) == 1
+    assert held_at_prerun == [True, True, True]  # before any claim, each delivery's token
+    # ... and released it on task_postrun: nothing is left held or beaten.
+    tracker = runtime.worker.tracker
+    wait_for(lambda: tracker.token(job.job_id) is None, what="every hold released")
+    assert tracker.in_flight() == []
 
 
 def test_heartbeat_is_one_statement_per_interval_for_all_jobs(
