@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from domain.cancellation import CancellationToken
 from domain.config import AsyncWorkerConfig
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
@@ -51,6 +53,7 @@ def ended(jobs: JobStore, job: AsyncJob) -> bool:
     return status(jobs, job) in TERMINAL_STATUSES
 
 
+@pytest.mark.spec("async_jobs: Worker start creates thread pool and stop destroys it cleanly")
 def test_start_creates_thread_pool_and_stop_destroys_it_cleanly(
     jobs: JobStore, plans: PlanStore
 ) -> None:
@@ -64,6 +67,7 @@ def test_start_creates_thread_pool_and_stop_destroys_it_cleanly(
     assert status(jobs, job) is AsyncJobStatus.succeeded
 
 
+@pytest.mark.spec("async_jobs: Worker poll loop dispatches jobs via thread pool")
 def test_poll_loop_dispatches_jobs_via_thread_pool(jobs: JobStore, plans: PlanStore) -> None:
     seen: set[str] = set()
     lock = threading.Lock()
@@ -86,6 +90,7 @@ def test_poll_loop_dispatches_jobs_via_thread_pool(jobs: JobStore, plans: PlanSt
     assert seen and all(name.startswith("planq-job") for name in seen)  # the pool's threads
 
 
+@pytest.mark.spec("async_jobs: Worker stop cancels in-flight jobs via tokens")
 def test_stop_cancels_in_flight_jobs_via_tokens(jobs: JobStore, plans: PlanStore) -> None:
     entered = threading.Event()
     tokens: list[CancellationToken] = []
@@ -106,6 +111,7 @@ def test_stop_cancels_in_flight_jobs_via_tokens(jobs: JobStore, plans: PlanStore
     assert row.error_message == "interrupted: worker shutdown"
 
 
+@pytest.mark.spec("async_jobs: AsyncWorker start when already running does nothing")
 def test_start_when_already_running_does_nothing(jobs: JobStore, plans: PlanStore) -> None:
     worker = initialised(jobs, plans, max_workers=2)
     worker.start()
