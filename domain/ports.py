@@ -66,8 +66,17 @@ class JobStore(Protocol):
     def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
         """A plan's jobs, oldest first."""
 
-    def count(self, status: AsyncJobStatus | None = None) -> int:
-        """How many rows (in one status)."""
+    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
+        """How many rows (in one status, of one plan): one cheap count, no rows read."""
+
+    def list_recent(
+        self,
+        status: AsyncJobStatus | None = None,
+        plan_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[AsyncJob]:
+        """One page of rows, newest first (listings for people); filters as count()."""
 
     def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """Move each job's plan to <phase>/QUEUED (domain.transitions) and insert the jobs.
@@ -159,6 +168,12 @@ class PlanStore(Protocol):
 
     def list_all(self, limit: int | None = None) -> list[Plan]:
         """Plans, oldest first."""
+
+    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
+        """One page of plans, newest first (listings for people)."""
+
+    def count(self) -> int:
+        """How many plans."""
 
     def remove(self, plan_id: str) -> bool:
         """Delete a plan; whether it existed."""

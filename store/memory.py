@@ -114,13 +114,27 @@ class InMemoryJobStore:
         with self._shared.lock:
             return self._sorted((j for j in self._rows.values() if j.plan_id == plan_id), None)
 
-    def count(self, status: AsyncJobStatus | None = None) -> int:
-        """How many rows."""
-        with self._shared.lock:
-            if status is None:
-                return len(self._rows)
+    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
+        """How many rows (in one status, of one plan)."""
+        if status is not None:
             check_status(status)
-            return sum(1 for j in self._rows.values() if j.status is status)
+        with self._shared.lock:
+            return sum(1 for j in self._rows.values() if _wanted(j, status, plan_id))
+
+    def list_recent(
+        self,
+        status: AsyncJobStatus | None = None,
+        plan_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[AsyncJob]:
+        """One page of rows, newest first; filters as count()."""
+        if status is not None:
+            check_status(status)
+        with self._shared.lock:
+            rows = [j for j in self._rows.values() if _wanted(j, status, plan_id)]
+        rows.sort(key=lambda j: (j.created_at, j.job_id), reverse=True)
+        return [j.model_copy() for j in rows[offset : offset + limit]]
 
     # -- worker operations (each atomic under the lock, like one SQL statement) --------
     def _follow(self, job: AsyncJob, move: JobMove, now: datetime) -> Plan | None:
@@ -405,10 +419,29 @@ class InMemoryPlanStore:
             out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
             return [p.model_copy() for p in (out if limit is None else out[:limit])]
 
+    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
+        """One page of plans, newest first."""
+        with self._shared.lock:
+            out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
+        out.reverse()
+        return [p.model_copy() for p in out[offset : offset + limit]]
+
+    def count(self) -> int:
+        """How many plans."""
+        with self._shared.lock:
+            return len(self._rows)
+
     def remove(self, plan_id: str) -> bool:
         """Delete a plan."""
         with self._shared.lock:
             return self._rows.pop(plan_id.upper(), None) is not None
+
+
+def _wanted(job: AsyncJob, status: AsyncJobStatus | None, plan_id: str | None) -> bool:
+    """Whether job passes a listing's filters (None: any)."""
+    if status is not None and job.status is not status:
+        return False
+    return plan_id is None or job.plan_id == plan_id.upper()
 
 
 def in_memory_ledger() -> tuple[InMemoryJobStore, InMemoryPlanStore]:

@@ -307,6 +307,14 @@ class InMemoryRunStoreProvider:
             rows.sort(key=lambda r: (r.started_at, r.id), reverse=True)
             return [r.summary() for r in rows[:limit]]
 
+    def count_runs(self, job_name: str | None = None) -> int:
+        """Runs (of one job name), with list_runs' filter."""
+        if job_name is not None:
+            check_job_name(job_name)
+        with self._tables.lock:
+            runs = self._tables.runs.values()
+            return sum(1 for r in runs if job_name is None or r.job_name == job_name)
+
     def get_run_by_id(self, run_id: str) -> RunSummary | None:
         """One run, or None."""
         with self._tables.lock:

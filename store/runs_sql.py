@@ -430,6 +430,14 @@ class SqlRunStoreProvider:
         with self.db.session() as s:
             return [to_summary(row) for row in s.scalars(stmt)]
 
+    def count_runs(self, job_name: str | None = None) -> int:
+        """COUNT: runs (of one job name), with list_runs' filter."""
+        stmt = select(func.count()).select_from(R)
+        if job_name is not None:
+            stmt = stmt.where(R.job_name == check_job_name(job_name))
+        with self.db.session() as s:
+            return int(s.scalar(stmt) or 0)
+
     def get_run_by_id(self, run_id: str) -> RunSummary | None:
         """GET: one run by id."""
         with self.db.session() as s:

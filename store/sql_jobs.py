@@ -121,14 +121,39 @@ class SqlJobStore:
         """A plan's jobs, oldest first."""
         return self._select(J.plan_id == plan_id)
 
-    def count(self, status: AsyncJobStatus | None = None) -> int:
-        """How many rows (in one status): one count query."""
-        stmt = select(func.count()).select_from(J)
-        if status is not None:
-            check_status(status)
-            stmt = stmt.where(J.status == status.value)
+    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
+        """How many rows (in one status, of one plan): one COUNT(*) with the listing's filter."""
+        stmt = select(func.count()).select_from(J).where(*self._filter(status, plan_id))
         with self.db.session() as s:
             return int(s.scalar(stmt) or 0)
+
+    def list_recent(
+        self,
+        status: AsyncJobStatus | None = None,
+        plan_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[AsyncJob]:
+        """One page of rows, newest first (what people list); filters as count()."""
+        stmt = (
+            select(J)
+            .where(*self._filter(status, plan_id))
+            .order_by(J.created_at.desc(), J.job_id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        with self.db.session() as s:
+            return [to_domain(r) for r in s.scalars(stmt)]
+
+    @staticmethod
+    def _filter(status: AsyncJobStatus | None, plan_id: str | None) -> list[Any]:
+        where: list[Any] = []
+        if status is not None:
+            check_status(status)
+            where.append(J.status == status.value)
+        if plan_id is not None:
+            where.append(J.plan_id == plan_id.upper())
+        return where
 
     # -- the hot path: one statement each on PostgreSQL (store/sql_hot_path.py) ----------
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from domain.errors import ConcurrentUpdateError
@@ -77,6 +77,17 @@ class SqlPlanStore:
         with self.db.session() as s:
             stmt = select(P).order_by(P.created_at, P.plan_id).limit(limit)
             return [to_domain(r) for r in s.scalars(stmt)]
+
+    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
+        """One page of plans, newest first (what people list)."""
+        stmt = select(P).order_by(P.created_at.desc(), P.plan_id.desc()).limit(limit).offset(offset)
+        with self.db.session() as s:
+            return [to_domain(r) for r in s.scalars(stmt)]
+
+    def count(self) -> int:
+        """How many plans: one COUNT(*)."""
+        with self.db.session() as s:
+            return int(s.scalar(select(func.count()).select_from(P)) or 0)
 
     def remove(self, plan_id: str) -> bool:
         """DELETE one plan."""

@@ -153,6 +153,9 @@ class RunStoreProvider(Protocol):
     def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
         """Runs (of one job name), newest first."""
 
+    def count_runs(self, job_name: str | None = None) -> int:
+        """How many runs (of one job name): planq's addition, for "showing N of M"."""
+
     def get_run_by_id(self, run_id: str) -> RunSummary | None:
         """One run, or None."""
 
