@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint unit format bench clean
+.PHONY: demo test test-compose lint unit format bench clean
 
 $(STAMP): pyproject.toml
 	@echo "planq: creating $(VENV) and installing planq with its dev tools (first run: about a minute)..."
@@ -25,6 +25,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The docker-compose fleet end to end; needs a Docker engine (not part of `make test`).
+test-compose: $(STAMP)
+	$(BIN)/python -m pytest tests/docker $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
