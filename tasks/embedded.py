@@ -51,7 +51,7 @@ class EmbeddedWorker:
                 perform_ping_check=False,
                 shutdown_timeout=60.0,
                 loglevel="WARNING",
-                hostname=f"planq-embedded-{socket.gethostname()}-{os.getpid()}@localhost",
+                hostname=f"planq-embedded-{os.getpid()}@{socket.gethostname()}",
             )
         )
         self._stack = stack

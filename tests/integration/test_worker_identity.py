@@ -47,7 +47,7 @@ def test_a_worker_is_renamed_only_while_it_runs_no_job() -> None:
 def test_the_embedded_worker_claims_under_its_node_name(redis_url: str, tmp_path: Path) -> None:
     app = make_app(redis_url, f"sqlite:///{tmp_path / 'ledger.db'}", default_executor="noop")
     with embedded_runtime(app) as rt:
-        node = f"planq-embedded-{socket.gethostname()}-{os.getpid()}@localhost"
+        node = f"planq-embedded-{os.getpid()}@{socket.gethostname()}"
         assert rt.worker.worker_id == f"{node}/{os.getpid()}"
         plan = Plan.with_steps(["one"])
         rt.plans.add(plan)
