@@ -6,6 +6,8 @@ them (its log says so), yet Flower's task list holds only the phase job.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from celery import Celery
 
@@ -43,12 +45,12 @@ def test_maintenance_sweeps_never_crowd_flowers_task_list(
     runtime.plans.add(plan)
     job_id = producer.tasks["planq.strategize_plan"].delay(plan.plan_id).id
     wait_for_status(runtime.jobs, job_id, AsyncJobStatus.succeeded, timeout=60)
-    tasks = wait_for(
-        lambda: (t := flower.api("/api/tasks")) and job_id in t and t,
-        timeout=60,
-        interval=0.5,
-        what="Flower to list the phase job",
-    )
+
+    def listed() -> dict[str, Any] | None:
+        tasks: dict[str, Any] = flower.api("/api/tasks")
+        return tasks if job_id in tasks else None
+
+    tasks = wait_for(listed, timeout=60, interval=0.5, what="Flower to list the phase job")
     names = {task["name"] for task in tasks.values()}
     assert "planq.strategize_plan" in names
     assert not [n for n in names if n and n.startswith("planq.maintenance.")], names
