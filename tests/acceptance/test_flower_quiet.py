@@ -46,9 +46,9 @@ def test_maintenance_sweeps_never_crowd_flowers_task_list(
     job_id = producer.tasks["planq.strategize_plan"].delay(plan.plan_id).id
     wait_for_status(runtime.jobs, job_id, AsyncJobStatus.succeeded, timeout=60)
 
-    def listed() -> dict[str, Any] | None:
+    def listed() -> dict[str, Any]:
         tasks: dict[str, Any] = flower.api("/api/tasks")
-        return tasks if job_id in tasks else None
+        return tasks if job_id in tasks else {}
 
     tasks = wait_for(listed, timeout=60, interval=0.5, what="Flower to list the phase job")
     names = {task["name"] for task in tasks.values()}
