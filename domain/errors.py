@@ -156,3 +156,25 @@ class JobCancelledError(PlanqError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.job_id, self.info))
+
+
+class BoundsError(PlanqError, ValueError):
+    """A value is outside the limits of the boundary it was handed to; nothing was written.
+
+    `field` names the argument or field, `limit` says what is allowed (the limits live in
+    domain/bounds.py and the table in docs/reliability.md). The message is one line.
+    """
+
+    def __init__(self, field: str, limit: str, got: str | None = None) -> None:
+        self.field = field
+        self.limit = limit
+        self.got = got
+        tail = f", got {got}" if got else ""
+        super().__init__(f"{field}: {limit}{tail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.limit, self.got))
+
+
+class WrongTypeError(BoundsError, TypeError):
+    """A value has the wrong type for its boundary (a BoundsError, and a TypeError too)."""

@@ -9,14 +9,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from domain.bounds import (
+    INT32_MAX,
+    MAX_CHECKPOINT_BYTES,
+    MAX_SCHEMA_VERSION,
+    MAX_WORKER_ID_LENGTH,
+    MIN_SCHEMA_VERSION,
+    check_int,
+    check_json_text,
+    check_number,
+    check_optional_text,
+    check_text,
+)
+from domain.bounds import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH
 from domain.clock import as_utc, utcnow
 from domain.errors import InvalidJobTransitionError
 from domain.ids import is_ulid, new_id
 from domain.payload import deserialize_job_payload, serialize_job_payload
 from domain.plans import PlanPhase
 from domain.redaction import printable, redact_secrets
-
-MAX_ERROR_LENGTH = 4000
 
 
 class AsyncJobStatus(StrEnum):
@@ -60,6 +71,46 @@ def can_transition_job(from_status: AsyncJobStatus, to_status: AsyncJobStatus) -
     return to_status in ALLOWED_TRANSITIONS[from_status]
 
 
+def check_worker_id(worker_id: object, *, optional: bool = False) -> str | None:
+    """A worker id: a non-empty string that fits async_jobs.worker_id (None if optional)."""
+    if optional and worker_id is None:
+        return None
+    return check_text("worker_id", worker_id, MAX_WORKER_ID_LENGTH)
+
+
+def check_error_message(error: object) -> str | None:
+    """A stored error: None or text of at most MAX_ERROR_LENGTH chars, without NUL."""
+    return check_optional_text("error_message", error, MAX_ERROR_LENGTH, allow_empty=True)
+
+
+def check_progress(progress: object) -> float | None:
+    """Progress is None or a finite fraction between 0 and 1."""
+    return None if progress is None else check_number("progress", progress, 0.0, 1.0)
+
+
+def check_checkpoint_json(text: object) -> str | None:
+    """None, or strict JSON text of at most MAX_CHECKPOINT_BYTES, nested at most 64 deep."""
+    if text is None:
+        return None
+    check_json_text("checkpoint_json", text, MAX_CHECKPOINT_BYTES)
+    assert isinstance(text, str)
+    return text
+
+
+def check_job_fields(job: AsyncJob) -> None:
+    """Re-check a job's bounded fields (model_copy and model_construct skip validation)."""
+    check_text("job_id", job.job_id, 26)
+    check_text("plan_id", job.plan_id, 26)
+    for name, high in (("attempt", INT32_MAX), ("dispatch_count", INT32_MAX)):
+        check_int(name, getattr(job, name), 0 if name == "dispatch_count" else 1, high)
+    check_int("schema_version", job.schema_version, MIN_SCHEMA_VERSION, MAX_SCHEMA_VERSION)
+    check_worker_id(job.worker_id, optional=True)
+    check_error_message(job.error_message)
+    check_progress(job.progress)
+    check_checkpoint_json(job.checkpoint_json)
+    deserialize_job_payload(job.payload_json)
+
+
 def redact_error(error: str | None) -> str | None:
     """Redact and bound an error message before it can reach the ledger."""
     if error is None:
@@ -79,7 +130,7 @@ class AsyncJob(BaseModel):
     plan_id: str
     phase: PlanPhase
     status: AsyncJobStatus = AsyncJobStatus.queued
-    schema_version: int = Field(default=1, ge=1)
+    schema_version: int = Field(default=1, ge=MIN_SCHEMA_VERSION, le=MAX_SCHEMA_VERSION)
     payload_json: str = ""
     worker_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
@@ -87,10 +138,10 @@ class AsyncJob(BaseModel):
     finished_at: datetime | None = None
     last_heartbeat: datetime | None = None
     error_message: str | None = None
-    attempt: int = Field(default=1, ge=1)
+    attempt: int = Field(default=1, ge=1, le=INT32_MAX)
     retry_of: str | None = None
     dispatched_at: datetime | None = None
-    dispatch_count: int = Field(default=0, ge=0)
+    dispatch_count: int = Field(default=0, ge=0, le=INT32_MAX)
     cancel_requested_at: datetime | None = None
     progress: float | None = None
     checkpoint_json: str | None = None
@@ -124,9 +175,22 @@ class AsyncJob(BaseModel):
     @field_validator("checkpoint_json")
     @classmethod
     def _checkpoint_is_json(cls, value: str | None) -> str | None:
-        if value is not None:
-            json.loads(value)
-        return value
+        return check_checkpoint_json(value)
+
+    @field_validator("worker_id")
+    @classmethod
+    def _worker_id_fits(cls, value: str | None) -> str | None:
+        return check_worker_id(value, optional=True)
+
+    @field_validator("error_message")
+    @classmethod
+    def _error_fits(cls, value: str | None) -> str | None:
+        return check_error_message(value)
+
+    @field_validator("progress")
+    @classmethod
+    def _progress_fits(cls, value: float | None) -> float | None:
+        return check_progress(value)
 
     @model_validator(mode="after")
     def _payload_is_object(self) -> AsyncJob:
@@ -156,8 +220,7 @@ class AsyncJob(BaseModel):
 
     def mark_running(self, worker_id: str) -> None:
         """Claim the job for worker_id; the heartbeat starts now."""
-        if not isinstance(worker_id, str) or not worker_id.strip():
-            raise ValueError("worker_id must be a non-empty string")
+        check_worker_id(worker_id)
         self.transition_to(AsyncJobStatus.running)
         now = utcnow()
         self.worker_id = worker_id

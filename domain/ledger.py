@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from domain.bounds import ID_LENGTH, MAX_DURATION_SECONDS, check_number, check_text
 from domain.clock import utcnow
 from domain.errors import (
     ConcurrentUpdateError,
@@ -78,6 +79,7 @@ class JobLedger:
         One statement on PostgreSQL. None: another delivery owns it, it ended, it was
         cancelled before it started, or it is unknown.
         """
+        check_text("job_id", job_id, ID_LENGTH)
         return self.jobs.claim(
             job_id.upper(), worker_id, utcnow(), follow_plan=self.plans is not None
         )
@@ -105,7 +107,7 @@ class JobLedger:
 
     def cancel(self, job_id: str) -> CancelOutcome:
         """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
-        job_id = job_id.upper()
+        job_id = check_text("job_id", job_id, ID_LENGTH).upper()
         with self.jobs.transaction():
             outcome = self.jobs.cancel(job_id, utcnow())
             if outcome is CancelOutcome.cancelled:
@@ -116,8 +118,9 @@ class JobLedger:
 
     def expire_stuck(self, job_timeout: float, limit: int = 100) -> list[AsyncJob]:
         """Fail running jobs whose heartbeat is older than job_timeout; the ones this call won."""
+        timeout = check_number("job_timeout", job_timeout, 0.0, MAX_DURATION_SECONDS)
         now = utcnow()
-        cutoff = now - timedelta(seconds=job_timeout)
+        cutoff = now - timedelta(seconds=timeout)
         up_since = self.jobs.ledger_up_since()
         if up_since is not None and up_since > cutoff:
             # The ledger itself restarted less than job_timeout ago: heartbeats could not be
@@ -186,16 +189,19 @@ class JobLedger:
 
     def cleanup(self, job_ttl: float, batch_size: int = 500) -> int:
         """Delete terminal rows older than job_ttl; how many."""
-        cutoff = utcnow() - timedelta(seconds=job_ttl)
+        ttl = check_number("job_ttl", job_ttl, 0.0, MAX_DURATION_SECONDS)
+        cutoff = utcnow() - timedelta(seconds=ttl)
         return self.jobs.delete_terminal_before(cutoff, batch_size)
 
     def dispatch_due(
         self, unsent_grace: float, resend_grace: float, limit: int = 100
     ) -> list[AsyncJob]:
         """Queued rows never sent (older than unsent_grace), or sent over resend_grace ago."""
+        unsent = check_number("unsent_grace", unsent_grace, 0.0, MAX_DURATION_SECONDS)
+        resend = check_number("resend_grace", resend_grace, 0.0, MAX_DURATION_SECONDS)
         now = utcnow()
         return self.jobs.list_dispatch_due(
-            now - timedelta(seconds=unsent_grace), now - timedelta(seconds=resend_grace), limit
+            now - timedelta(seconds=unsent), now - timedelta(seconds=resend), limit
         )
 
     def mark_dispatched(self, job_ids: list[str]) -> int:

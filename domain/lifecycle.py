@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from domain.bounds import MAX_BATCH
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
 from domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
@@ -45,7 +46,11 @@ class PlanLifecycleService:
         self.enqueue = enqueue
 
     def create_plan(self, steps: list[str] | list[dict[str, object]], name: str = "") -> Plan:
-        """Store a new plan with these steps."""
+        """Store a new plan with these steps.
+
+        Steps that are not a list of valid steps, or a name that does not fit, raise
+        BoundsError (domain/bounds.py) and nothing is stored.
+        """
         plan = Plan.with_steps(steps, name=name)
         self.plans.add(plan)
         return plan
@@ -84,6 +89,8 @@ class PlanLifecycleService:
         """
         if isinstance(plan_ids, str) or not isinstance(plan_ids, Sequence):
             raise BatchError("plan_ids must be a list of plan ids")
+        if len(plan_ids) > MAX_BATCH:
+            raise BatchError(f"plan_ids: at most {MAX_BATCH} plans per call, got {len(plan_ids)}")
         ids = [require_ulid("plan_id", plan_id) for plan_id in plan_ids]
         if not ids:
             raise BatchError("plan_ids is empty: nothing to queue")

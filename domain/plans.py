@@ -9,8 +9,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from domain.bounds import (
+    INT32_MAX,
+    MAX_PLAN_NAME_LENGTH,
+    MAX_SPEC_BYTES,
+    MAX_STEP_NAME_LENGTH,
+    MAX_STEP_SECONDS,
+    MAX_STEPS,
+    check_int,
+    check_json_text,
+    check_json_value,
+    check_number,
+    check_text,
+    describe,
+)
 from domain.clock import as_utc, utcnow
-from domain.errors import InvalidPlanTransitionError
+from domain.errors import BoundsError, InvalidPlanTransitionError, WrongTypeError
 from domain.ids import is_ulid, new_id
 
 
@@ -70,6 +84,51 @@ def can_queue_phase(phase: PlanPhase | None, status: PlanStatus | None, wanted: 
     return phase is prerequisite and status is PlanStatus.complete
 
 
+def check_plan_name(name: object) -> str:
+    """A plan name fits plans.name: at most 200 chars, no NUL (empty is allowed)."""
+    return check_text("name", name, MAX_PLAN_NAME_LENGTH, allow_empty=True)
+
+
+def check_step(index: int, step: object) -> dict[str, Any]:
+    """One step: a name, or {"name": str, "seconds": finite >= 0, "fail": str, ...}."""
+    field = f"steps[{index}]"
+    if isinstance(step, str):
+        return {"name": check_text(f"{field}.name", step, MAX_STEP_NAME_LENGTH)}
+    if not isinstance(step, dict):
+        raise WrongTypeError(field, "must be a step name or a step object", describe(step))
+    check_text(f"{field}.name", step.get("name"), MAX_STEP_NAME_LENGTH)
+    if "seconds" in step:
+        check_number(f"{field}.seconds", step["seconds"], 0.0, MAX_STEP_SECONDS)
+    if step.get("fail") is not None:
+        check_text(f"{field}.fail", step["fail"], MAX_STEP_NAME_LENGTH, allow_empty=True)
+    return dict(step)
+
+
+def check_steps(steps: object) -> list[dict[str, Any]]:
+    """Steps are a real list (not a string, not a dict) of at most MAX_STEPS valid steps."""
+    if not isinstance(steps, list):
+        raise WrongTypeError("steps", "must be a list of steps", describe(steps))
+    if len(steps) > MAX_STEPS:
+        raise BoundsError("steps", f"must have at most {MAX_STEPS} steps", f"{len(steps)}")
+    return [check_step(index, step) for index, step in enumerate(steps)]
+
+
+def check_spec_json(text: object) -> str:
+    """A spec: a JSON object within MAX_SPEC_BYTES whose optional 'steps' are valid steps."""
+    data = check_json_text("spec_json", text, MAX_SPEC_BYTES)
+    if not isinstance(data, dict):
+        raise BoundsError("spec_json", "must be a JSON object", type(data).__name__)
+    if "steps" in data:
+        if not isinstance(data["steps"], list):
+            raise BoundsError("spec_json steps", "must be a list", type(data["steps"]).__name__)
+        try:
+            check_steps(data["steps"])
+        except BoundsError as exc:
+            raise BoundsError(f"spec_json {exc.field}", exc.limit, exc.got) from None
+    assert isinstance(text, str)
+    return text
+
+
 class Plan(BaseModel):
     """A plan and where it stands; its spec lists the steps the executors walk."""
 
@@ -82,7 +141,7 @@ class Plan(BaseModel):
     spec_json: str = '{"steps": []}'
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
-    version: int = Field(default=0, ge=0)
+    version: int = Field(default=0, ge=0, le=INT32_MAX)
 
     @field_validator("plan_id")
     @classmethod
@@ -99,19 +158,31 @@ class Plan(BaseModel):
     @field_validator("spec_json")
     @classmethod
     def _spec_object(cls, value: str) -> str:
-        data = json.loads(value)
-        if not isinstance(data, dict):
-            raise ValueError("spec_json must be a JSON object")
-        steps = data.get("steps", [])
-        if not isinstance(steps, list):
-            raise ValueError("spec_json 'steps' must be a list")
-        return value
+        return check_spec_json(value)
+
+    @field_validator("name")
+    @classmethod
+    def _name_fits(cls, value: str) -> str:
+        return check_plan_name(value)
 
     @classmethod
     def with_steps(cls, steps: list[dict[str, Any]] | list[str], name: str = "") -> Plan:
-        """A new plan whose spec lists these steps (names or step objects)."""
-        normalised = [{"name": s} if isinstance(s, str) else dict(s) for s in steps]
-        return cls(name=name, spec_json=json.dumps({"steps": normalised}))
+        """A new plan whose spec lists these steps (names or step objects).
+
+        Bad steps or name raise BoundsError (WrongTypeError for a non-list) before any
+        plan exists: steps="abc" is refused, not three steps.
+        """
+        normalised = check_steps(steps)
+        check_plan_name(name)
+        spec_json = check_json_value("spec_json", {"steps": normalised}, MAX_SPEC_BYTES)
+        return cls(name=name, spec_json=spec_json)
+
+    def check_fields(self) -> None:
+        """Re-check the bounded fields (model_copy and model_construct skip validation)."""
+        check_text("plan_id", self.plan_id, 26)
+        check_plan_name(self.name)
+        check_spec_json(self.spec_json)
+        check_int("version", self.version, 0, INT32_MAX)
 
     @property
     def spec(self) -> dict[str, Any]:
