@@ -19,11 +19,17 @@ from domain.runs.checks import (
     check_cursor,
     check_delta,
     check_job_name,
+    check_leases,
     check_limit,
     check_owner,
     check_param,
+    check_params_size,
+    check_progress_kind,
+    check_run_id,
+    check_scanned_total,
     check_total,
     clean_error,
+    params_to_json,
     purge_cutoff,
     stale_cutoff,
 )
@@ -132,6 +138,7 @@ class InMemoryRunStore(BoundRun):
         check_delta(delta_count)
         with self._tables.lock:
             row = self._active_row()
+            check_scanned_total(row.scanned_count, delta_count)
             row.cursor = cursor
             row.scanned_count += delta_count
             row.last_progress_at = self._clock()
@@ -140,7 +147,9 @@ class InMemoryRunStore(BoundRun):
         """Store a per-run config value."""
         check_param(key, value)
         with self._tables.lock:
-            self._active_row().params[key] = value
+            row = self._active_row()
+            check_params_size(params_to_json({**row.params, key: value}))
+            row.params[key] = value
 
     def get_string_param(self, key: str) -> str | None:
         """A per-run config value, or None."""
@@ -175,6 +184,7 @@ class InMemoryRunStore(BoundRun):
     def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
         """Record the start-time total and its kind."""
         check_total(total)
+        check_progress_kind(kind)
         with self._tables.lock:
             if self._tables.runs.get(self._run_id) is None:
                 return
@@ -285,6 +295,7 @@ class InMemoryRunStoreProvider:
 
     def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
         """Stamp heartbeat_at of the active runs still held under these leases; their ids."""
+        leases = check_leases(leases)
         now = self._clock()
         held: set[str] = set()
         with self._tables.lock:
@@ -317,6 +328,7 @@ class InMemoryRunStoreProvider:
 
     def get_run_by_id(self, run_id: str) -> RunSummary | None:
         """One run, or None."""
+        check_run_id(run_id)
         with self._tables.lock:
             row = self._tables.runs.get(run_id)
             return row.summary() if row is not None else None
@@ -333,6 +345,7 @@ class InMemoryRunStoreProvider:
 
     def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
         """One page of a run's findings, in the order recorded."""
+        check_run_id(run_id)
         check_limit(limit, offset)
         with self._tables.lock:
             found = sorted(
@@ -343,6 +356,7 @@ class InMemoryRunStoreProvider:
 
     def finding_severity_counts(self, run_id: str) -> dict[str, int]:
         """Findings per severity present, worst first."""
+        check_run_id(run_id)
         counts: dict[str, int] = {}
         with self._tables.lock:
             for finding, _ in self._tables.findings.get(run_id, []):

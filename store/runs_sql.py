@@ -10,6 +10,7 @@ from uuid import UUID
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from domain.bounds import INT64_MAX
 from domain.clock import utcnow
 from domain.errors import (
     ConcurrentUpdateError,
@@ -24,9 +25,14 @@ from domain.runs.checks import (
     check_cursor,
     check_delta,
     check_job_name,
+    check_leases,
     check_limit,
     check_owner,
     check_param,
+    check_params_size,
+    check_progress_kind,
+    check_run_id,
+    check_scanned_total,
     check_total,
     clean_error,
     params_from_json,
@@ -176,12 +182,24 @@ class SqlRunStore(BoundRun):
         """CHECKPOINT: one fenced UPDATE of cursor, scanned_count and last progress."""
         check_cursor(cursor)
         check_delta(delta_count)
-        if not self._update_active(
-            cursor=cursor,
-            scanned_count=R.scanned_count + delta_count,
-            last_progress_at=self._clock(),
-        ):
-            raise self._refused()
+        self._check_held()
+        room = and_(R.scanned_count <= INT64_MAX - delta_count)  # the int64 count never wraps
+        stmt = (
+            update(R)
+            .where(self._held(), R.status.in_(_ACTIVE), room)
+            .values(
+                cursor=cursor,
+                scanned_count=R.scanned_count + delta_count,
+                last_progress_at=self._clock(),
+            )
+        )
+        with self.db.session() as s:
+            if _rowcount(s.execute(stmt)):
+                return
+            current = s.scalar(select(R.scanned_count).where(self._held(), R.status.in_(_ACTIVE)))
+        if current is not None:
+            check_scanned_total(int(current), delta_count)
+        raise self._refused()
 
     def set_string_param(self, key: str, value: str) -> None:
         """PARAM SET: read-modify-write of params_json under a row lock."""
@@ -197,6 +215,7 @@ class SqlRunStore(BoundRun):
             if params.get(key) == value:
                 return
             params[key] = value
+            check_params_size(params_to_json(params))
             s.execute(
                 update(R)
                 .where(self._held(), R.status.in_(_ACTIVE))
@@ -253,6 +272,7 @@ class SqlRunStore(BoundRun):
     def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
         """SEED: fenced UPDATE of progress_total and progress_kind."""
         check_total(total)
+        check_progress_kind(kind)
         self._check_held()
         with self.db.session() as s:
             seeded = s.execute(
@@ -401,7 +421,7 @@ class SqlRunStoreProvider:
 
     def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
         """HEARTBEAT: one UPDATE … WHERE (id, lease_epoch) pairs AND active … RETURNING id."""
-        items = list(leases.items())
+        items = list(check_leases(leases).items())
         if not items:
             return set()
         now = self._clock()
@@ -440,6 +460,7 @@ class SqlRunStoreProvider:
 
     def get_run_by_id(self, run_id: str) -> RunSummary | None:
         """GET: one run by id."""
+        check_run_id(run_id)
         with self.db.session() as s:
             row = s.get(R, run_id)
             return to_summary(row) if row is not None else None
@@ -457,6 +478,7 @@ class SqlRunStoreProvider:
 
     def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
         """FINDINGS: one page, in the order recorded."""
+        check_run_id(run_id)
         check_limit(limit, offset)
         stmt = (
             select(F)
@@ -470,6 +492,7 @@ class SqlRunStoreProvider:
 
     def finding_severity_counts(self, run_id: str) -> dict[str, int]:
         """COUNTS: SELECT severity, count(*) … GROUP BY severity (the severities present)."""
+        check_run_id(run_id)
         stmt = select(F.severity, func.count()).where(F.run_id == run_id).group_by(F.severity)
         with self.db.session() as s:
             counts = {str(severity): int(count) for severity, count in s.execute(stmt)}

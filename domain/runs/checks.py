@@ -3,75 +3,128 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
+from domain.bounds import (
+    ID_LENGTH,
+    INT64_MAX,
+    MAX_BATCH,
+    MAX_CURSOR_BYTES,
+    MAX_DURATION_SECONDS,
+    MAX_JOB_NAME_LENGTH,
+    MAX_LIST_LIMIT,
+    MAX_OFFSET,
+    MAX_OWNER_LENGTH,
+    MAX_PARAM_KEY_LENGTH,
+    MAX_PARAM_VALUE_BYTES,
+    MAX_PARAMS_BYTES,
+    MAX_RETENTION_DAYS,
+    check_int,
+    check_number,
+    check_optional_text,
+    check_size,
+    check_text,
+    describe,
+)
+from domain.errors import BoundsError, WrongTypeError
 from domain.jobs import redact_error
+from domain.runs.progress import ProgressKind
 
-MAX_JOB_NAME_LENGTH = 200
-MAX_OWNER_LENGTH = 255
-MAX_PARAM_KEY_LENGTH = 200
 #: Error of a run paused by a sweep scoped to a worker (its owner) or to silence (stale_after).
 SWEEP_ERROR = "worker restart mid-run"
 #: Error of a run paused by the spec's sweep of every active run (no owner, no stale_after).
 SERVER_RESTART_ERROR = "server restart mid-run"
 MIN_RETENTION_DAYS = 1.0
 
+__all__ = [
+    "MAX_JOB_NAME_LENGTH",
+    "MAX_OWNER_LENGTH",
+    "MAX_PARAM_KEY_LENGTH",
+    "MIN_RETENTION_DAYS",
+    "SERVER_RESTART_ERROR",
+    "SWEEP_ERROR",
+    "check_args",
+    "check_cursor",
+    "check_delta",
+    "check_epoch",
+    "check_job_name",
+    "check_leases",
+    "check_limit",
+    "check_owner",
+    "check_param",
+    "check_params_size",
+    "check_progress_kind",
+    "check_run_id",
+    "check_scanned_total",
+    "check_total",
+    "clean_error",
+    "params_from_json",
+    "params_to_json",
+    "purge_cutoff",
+    "stale_cutoff",
+]
+
 
 def check_job_name(job_name: object) -> str:
     """A job name is a short non-empty string (it keys the one-active-run rule)."""
-    if not isinstance(job_name, str) or not job_name.strip() or len(job_name) > MAX_JOB_NAME_LENGTH:
-        raise ValueError(f"job_name must be a non-empty string of at most {MAX_JOB_NAME_LENGTH}")
-    return job_name
+    return check_text("job_name", job_name, MAX_JOB_NAME_LENGTH)
 
 
 def check_owner(owner: object) -> str | None:
     """An owner (worker node name) is optional, but never an empty string."""
-    if owner is None:
-        return None
-    if not isinstance(owner, str) or not owner.strip() or len(owner) > MAX_OWNER_LENGTH:
-        raise ValueError(f"owner must be a non-empty string of at most {MAX_OWNER_LENGTH}")
-    return owner
+    return check_optional_text("owner", owner, MAX_OWNER_LENGTH)
+
+
+def check_run_id(run_id: object) -> str:
+    """A run id argument: a non-empty string that fits the String(26) id column, no NUL."""
+    return check_text("run_id", run_id, ID_LENGTH)
+
+
+def check_epoch(epoch: object) -> int:
+    """A lease epoch: an int that fits the BigInteger column."""
+    return check_int("lease_epoch", epoch, 0, INT64_MAX)
 
 
 def check_cursor(cursor: object) -> bytes:
-    """Cursors are opaque bytes; anything else is a handler bug caught before the write."""
+    """Cursors are opaque bytes of at most MAX_CURSOR_BYTES (a handler bug caught first)."""
     if not isinstance(cursor, bytes):
-        raise TypeError(f"cursor must be bytes, got {type(cursor).__name__}")
+        raise WrongTypeError("cursor", "must be bytes", describe(cursor))
+    if len(cursor) > MAX_CURSOR_BYTES:
+        raise BoundsError("cursor", f"must be at most {MAX_CURSOR_BYTES} bytes", describe(cursor))
     return cursor
 
 
 def check_delta(delta_count: object) -> int:
-    """A checkpoint adds a non-negative number of scanned rows."""
-    if isinstance(delta_count, bool) or not isinstance(delta_count, int) or delta_count < 0:
-        raise ValueError(f"delta_count must be an int >= 0, got {delta_count!r}")
-    return delta_count
+    """A checkpoint adds a non-negative number of scanned rows that fits the int64 count."""
+    return check_int("delta_count", delta_count, 0, INT64_MAX)
 
 
 def check_total(total: object) -> int | None:
-    """A progress total is unknown (None) or a non-negative int."""
-    if total is None:
-        return None
-    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
-        raise ValueError(f"total must be None or an int >= 0, got {total!r}")
-    return total
+    """A progress total is unknown (None) or a non-negative int64."""
+    return None if total is None else check_int("total", total, 0, INT64_MAX)
 
 
 def check_param(key: object, value: object = "") -> tuple[str, str]:
-    """Run params are string to string, with a bounded non-empty key."""
-    if not isinstance(key, str) or not key or len(key) > MAX_PARAM_KEY_LENGTH:
-        raise ValueError(f"param key must be a non-empty string of at most {MAX_PARAM_KEY_LENGTH}")
+    """Run params are string to string: a bounded non-empty key, a value of at most 64 KiB."""
+    check_text("param key", key, MAX_PARAM_KEY_LENGTH)
     if not isinstance(value, str):
-        raise TypeError(f"param value must be a str, got {type(value).__name__}")
+        raise WrongTypeError("param value", "must be a str", describe(value))
+    check_text("param value", value, MAX_PARAM_VALUE_BYTES, allow_empty=True)
+    check_size("param value", value, MAX_PARAM_VALUE_BYTES)
+    assert isinstance(key, str)
     return key, value
 
 
+def check_params_size(params_json: str) -> str:
+    """All of a run's params, as stored, within MAX_PARAMS_BYTES."""
+    return check_size("params", params_json, MAX_PARAMS_BYTES)
+
+
 def check_limit(limit: object, offset: object = 0) -> tuple[int, int]:
-    """Page sizes are positive and offsets non-negative."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise ValueError(f"offset must be an int >= 0, got {offset!r}")
-    return limit, offset
+    """Page sizes are from 1 to MAX_LIST_LIMIT and offsets from 0 to int64."""
+    return check_int("limit", limit, 1, MAX_LIST_LIMIT), check_int("offset", offset, 0, MAX_OFFSET)
 
 
 def clean_error(message: object) -> str:
@@ -80,19 +133,21 @@ def clean_error(message: object) -> str:
 
 
 def stale_cutoff(now: datetime, stale_after: float) -> datetime:
-    """Runs whose last progress is before this are presumed orphaned by a dead worker."""
-    if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
-        raise TypeError(f"stale_after must be a number of seconds, got {stale_after!r}")
-    if stale_after < 0:
-        raise ValueError(f"stale_after must be >= 0, got {stale_after!r}")
-    return now - timedelta(seconds=stale_after)
+    """Runs whose last progress is before this are presumed orphaned by a dead worker.
+
+    stale_after is a finite number of seconds from 0 to MAX_DURATION_SECONDS (100 years).
+    """
+    seconds = check_number("stale_after", stale_after, 0.0, MAX_DURATION_SECONDS)
+    return now - timedelta(seconds=seconds)
 
 
 def purge_cutoff(now: datetime, retention_days: float) -> datetime:
-    """Terminal runs completed before this may go; never less than one day of history."""
-    if isinstance(retention_days, bool) or not isinstance(retention_days, int | float):
-        raise TypeError(f"retention_days must be a number, got {retention_days!r}")
-    return now - timedelta(days=max(MIN_RETENTION_DAYS, float(retention_days)))
+    """Terminal runs completed before this may go; never less than one day of history.
+
+    retention_days is finite and at most MAX_RETENTION_DAYS (below 1 counts as 1).
+    """
+    days = check_number("retention_days", retention_days, -MAX_RETENTION_DAYS, MAX_RETENTION_DAYS)
+    return now - timedelta(days=max(MIN_RETENTION_DAYS, days))
 
 
 def params_to_json(params: dict[str, str]) -> str:
@@ -104,3 +159,44 @@ def params_from_json(text: str | None) -> dict[str, str]:
     """Stored params back as a dict (empty for a missing or non-object value)."""
     value = json.loads(text) if text else {}
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def check_progress_kind(kind: object) -> str:
+    """A progress kind: count or approximate (its stored spelling)."""
+    try:
+        return ProgressKind(kind).value
+    except ValueError:
+        raise BoundsError("progress kind", "must be count or approximate", describe(kind)) from None
+
+
+def check_leases(leases: object) -> dict[str, int]:
+    """A heartbeat's leases: a mapping of at most MAX_BATCH run ids to int64 epochs."""
+    if not isinstance(leases, Mapping):
+        raise WrongTypeError(
+            "leases", "must be a mapping of run id to lease epoch", describe(leases)
+        )
+    if len(leases) > MAX_BATCH:
+        raise BoundsError("leases", f"must hold at most {MAX_BATCH} runs", str(len(leases)))
+    return {check_run_id(run_id): check_epoch(epoch) for run_id, epoch in leases.items()}
+
+
+def check_scanned_total(current: int, delta_count: int) -> None:
+    """scanned_count + delta_count must still fit the int64 column."""
+    if current + delta_count > INT64_MAX:
+        raise BoundsError(
+            "delta_count",
+            f"would take scanned_count past {INT64_MAX}",
+            f"{delta_count} on top of {current}",
+        )
+
+
+def check_args(args: object) -> dict[str, Any]:
+    """A trigger's args: None or a mapping with string keys (copied)."""
+    if args is None:
+        return {}
+    if not isinstance(args, Mapping):
+        raise WrongTypeError("args", "must be a mapping", describe(args))
+    for key in args:
+        if not isinstance(key, str):
+            raise WrongTypeError("args", "keys must be strings", describe(key))
+    return dict(args)

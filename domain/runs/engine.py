@@ -11,7 +11,7 @@ from uuid import UUID
 
 from domain.errors import RunFencedError, RunNotActiveError
 from domain.redaction import redact_secrets
-from domain.runs.checks import check_total
+from domain.runs.checks import check_args, check_job_name, check_owner, check_total
 from domain.runs.findings import Finding, Severity
 from domain.runs.heartbeat import RunHeartbeat
 from domain.runs.job_outcome import JobOutcome
@@ -45,7 +45,8 @@ def run_or_resume(
 ) -> JobOutcome:
     """Run the handler's job once: fresh, resumed from its cursor, or skipped if already active.
 
-    Like the spec, it never raises for a store failure: a failed open is an error outcome
+    A handler name, owner or args out of bounds raise BoundsError before the ledger is
+    touched. Like the spec, it never raises for a store failure: a failed open is an error outcome
     ("open_or_start failed: …"), a failed stats read counts as zero, and a failed final
     write is logged (the run stays active; a sweep pauses it later, so nothing is lost).
     An exception escaping the handler is the spec's panic: the run ends Paused with the
@@ -58,6 +59,9 @@ def run_or_resume(
     raises RunFencedError; the engine then stops and writes nothing: no final state, no
     pause, and the outcome says the run was lost (`lost`, not ok, status None).
     """
+    check_job_name(handler.name)  # bad input is the caller's BoundsError, before any write
+    check_owner(owner)
+    arguments = check_args(args)
     try:
         opened = provider.open_or_start(handler.name, owner=owner)
     except Exception as exc:
@@ -74,7 +78,7 @@ def run_or_resume(
     try:
         if isinstance(opened, Fresh):
             _seed_progress(handler, store)
-        outcome = _dispatch(handler, store, dict(args or {}), resume_cursor)
+        outcome = _dispatch(handler, store, arguments, resume_cursor)
     finally:
         if heartbeat is not None:
             heartbeat.untrack(store)

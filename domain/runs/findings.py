@@ -10,8 +10,15 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-MAX_KIND_LENGTH = 100
-MAX_RESOURCE_ID_LENGTH = 500
+from domain.bounds import (
+    MAX_DETAIL_BYTES,
+    MAX_KIND_LENGTH,
+    MAX_RESOURCE_ID_LENGTH,
+    check_json_value,
+    check_text,
+    describe,
+)
+from domain.errors import BoundsError, WrongTypeError
 
 
 class Severity(StrEnum):
@@ -55,19 +62,17 @@ def present_severity_counts(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def check_severity(severity: Severity | str) -> Severity:
-    """The Severity named; ValueError for anything else, so a typo never reaches the store."""
+    """The Severity named; BoundsError for anything else, so a typo never reaches the store."""
     try:
         return Severity(severity)
-    except ValueError:
+    except (ValueError, TypeError):
         allowed = ", ".join(s.value for s in Severity)
-        raise ValueError(f"severity must be one of {allowed}, got {severity!r}") from None
+        raise BoundsError("severity", f"must be one of {allowed}", describe(severity)) from None
 
 
 def check_kind(kind: object) -> str:
-    """A finding kind must be a short non-empty string."""
-    if not isinstance(kind, str) or not kind.strip() or len(kind) > MAX_KIND_LENGTH:
-        raise ValueError(f"kind must be a non-empty string of at most {MAX_KIND_LENGTH} chars")
-    return kind
+    """A finding kind must be a short non-empty string (it fits run_findings.kind)."""
+    return check_text("kind", kind, MAX_KIND_LENGTH)
 
 
 def check_resource_id(resource_id: object) -> str | None:
@@ -79,24 +84,18 @@ def check_resource_id(resource_id: object) -> str | None:
         return None
     if isinstance(resource_id, UUID):
         return str(resource_id)
-    if not isinstance(resource_id, str) or len(resource_id) > MAX_RESOURCE_ID_LENGTH:
-        raise ValueError(
-            f"resource_id must be a UUID or a string of at most {MAX_RESOURCE_ID_LENGTH} chars, "
-            f"got {type(resource_id).__name__}"
-        )
-    return resource_id
+    if not isinstance(resource_id, str):
+        raise WrongTypeError("resource_id", "must be a UUID or a string", describe(resource_id))
+    return check_text("resource_id", resource_id, MAX_RESOURCE_ID_LENGTH, allow_empty=True)
 
 
 def detail_to_json(detail: object) -> str:
-    """Serialise a detail dict; a non-dict or non-JSON value fails here, before any write."""
+    """Serialise a detail dict within MAX_DETAIL_BYTES and 64 levels, before any write."""
     if detail is None:
         return "{}"
     if not isinstance(detail, dict):
-        raise TypeError(f"detail must be a dict, got {type(detail).__name__}")
-    try:
-        return json.dumps(detail, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"detail must be JSON-serialisable: {exc}") from exc
+        raise WrongTypeError("detail", "must be a dict", describe(detail))
+    return check_json_value("detail", detail, MAX_DETAIL_BYTES)
 
 
 def detail_from_json(text: str) -> dict[str, Any]:
