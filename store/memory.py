@@ -20,7 +20,22 @@ from domain.transitions import (
     job_move,
     phase_queue_move,
 )
-from store.validation import check_fresh_jobs, check_job, check_job_id, check_plan, check_status
+from store.validation import (
+    check_batch_size,
+    check_checkpoint_json,
+    check_error_message,
+    check_fresh_jobs,
+    check_id,
+    check_ids,
+    check_job,
+    check_job_id,
+    check_list_limit,
+    check_page,
+    check_plan,
+    check_progress,
+    check_status,
+    check_worker_id,
+)
 
 _UNDELIVERABLE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.queued)
 
@@ -64,6 +79,7 @@ class InMemoryJobStore:
         return self._shared.transaction()
 
     def _sorted(self, rows: Iterable[AsyncJob], limit: int | None) -> list[AsyncJob]:
+        check_list_limit(limit)
         out = sorted(rows, key=lambda j: (j.created_at, j.job_id))
         return [j.model_copy() for j in (out if limit is None else out[:limit])]
 
@@ -111,6 +127,7 @@ class InMemoryJobStore:
 
     def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
         """A plan's jobs, oldest first."""
+        check_id("plan_id", plan_id)
         with self._shared.lock:
             return self._sorted((j for j in self._rows.values() if j.plan_id == plan_id), None)
 
@@ -129,6 +146,7 @@ class InMemoryJobStore:
         offset: int = 0,
     ) -> list[AsyncJob]:
         """One page of rows, newest first; filters as count()."""
+        check_page(limit, offset, plan_id)
         if status is not None:
             check_status(status)
         with self._shared.lock:
@@ -183,6 +201,7 @@ class InMemoryJobStore:
     ) -> Claimed | None:
         """CAS queued -> running unless a cancel was requested; the plan with it."""
         check_job_id(job_id)
+        check_worker_id(worker_id)
         with self._shared.lock:
             row = self._rows.get(job_id.upper())
             if row is None or row.status not in CLAIM.sources or row.cancel_requested_at:
@@ -210,6 +229,10 @@ class InMemoryJobStore:
         follow_plan: bool = False,
     ) -> bool:
         """CAS running (under worker_id, if given) -> terminal; the plan with it."""
+        check_job_id(job_id)
+        check_status(status)
+        check_error_message(error)
+        check_worker_id(worker_id, optional=True)
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish needs a terminal status, got {status.value}")
         move = finish_move(status)
@@ -261,6 +284,8 @@ class InMemoryJobStore:
         self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
     ) -> set[str]:
         """Stamp running rows; the ids to stop (cancel requested, or no longer ours)."""
+        job_ids = check_ids("job_ids", job_ids)
+        check_worker_id(worker_id, optional=True)
         stop: set[str] = set()
         with self._shared.lock:
             for job_id in job_ids:
@@ -282,6 +307,10 @@ class InMemoryJobStore:
         worker_id: str | None = None,
     ) -> bool:
         """Record progress/checkpoint on a running row (under worker_id, if given)."""
+        check_job_id(job_id)
+        check_progress(progress)
+        check_checkpoint_json(checkpoint_json)
+        check_worker_id(worker_id, optional=True)
         with self._shared.lock:
             row = self._owned(job_id, worker_id)
             if row is None:
@@ -310,6 +339,8 @@ class InMemoryJobStore:
 
     def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
         """CAS stuck running -> failed."""
+        check_job_id(job_id)
+        check_error_message(error)
         with self._shared.lock:
             row = self._rows.get(job_id)
             if row is None or not self._is_stuck(row, cutoff):
@@ -321,6 +352,8 @@ class InMemoryJobStore:
 
     def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
         """CAS queued -> failed."""
+        check_job_id(job_id)
+        check_error_message(error)
         with self._shared.lock:
             row = self._rows.get(job_id)
             if row is None or row.status not in _UNDELIVERABLE.sources:
@@ -332,6 +365,7 @@ class InMemoryJobStore:
 
     def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
         """Delete old terminal rows."""
+        check_batch_size(batch_size)
         with self._shared.lock:
             doomed = [
                 j.job_id
@@ -344,6 +378,7 @@ class InMemoryJobStore:
 
     def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
         """Stamp live rows as published; how many."""
+        job_ids = check_ids("job_ids", job_ids)
         stamped = 0
         with self._shared.lock:
             for job_id in job_ids:
@@ -397,6 +432,8 @@ class InMemoryPlanStore:
 
     def get(self, plan_id: str) -> Plan | None:
         """The plan, or None."""
+        if isinstance(plan_id, str):
+            check_id("plan_id", plan_id)
         with self._shared.lock:
             row = self._rows.get(plan_id.upper()) if isinstance(plan_id, str) else None
             return row.model_copy() if row else None
@@ -415,12 +452,14 @@ class InMemoryPlanStore:
 
     def list_all(self, limit: int | None = None) -> list[Plan]:
         """Plans, oldest first."""
+        check_list_limit(limit)
         with self._shared.lock:
             out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
             return [p.model_copy() for p in (out if limit is None else out[:limit])]
 
     def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
         """One page of plans, newest first."""
+        check_page(limit, offset)
         with self._shared.lock:
             out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
         out.reverse()
@@ -433,6 +472,7 @@ class InMemoryPlanStore:
 
     def remove(self, plan_id: str) -> bool:
         """Delete a plan."""
+        check_id("plan_id", plan_id)
         with self._shared.lock:
             return self._rows.pop(plan_id.upper(), None) is not None
 

@@ -25,7 +25,21 @@ from store.sql_hot_path import (
     sqlite_finish,
     sqlite_queue,
 )
-from store.validation import check_fresh_jobs, check_job, check_job_id, check_status
+from store.validation import (
+    check_batch_size,
+    check_checkpoint_json,
+    check_error_message,
+    check_fresh_jobs,
+    check_id,
+    check_ids,
+    check_job,
+    check_job_id,
+    check_list_limit,
+    check_page,
+    check_progress,
+    check_status,
+    check_worker_id,
+)
 
 
 class _Refused(Exception):
@@ -70,6 +84,7 @@ class SqlJobStore:
         return self.db.transaction()
 
     def _select(self, *where: Any, limit: int | None = None) -> list[AsyncJob]:
+        check_list_limit(limit)
         stmt = select(J).where(*where).order_by(J.created_at, J.job_id).limit(limit)
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
@@ -119,7 +134,7 @@ class SqlJobStore:
 
     def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
         """A plan's jobs, oldest first."""
-        return self._select(J.plan_id == plan_id)
+        return self._select(J.plan_id == check_id("plan_id", plan_id))
 
     def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
         """How many rows (in one status, of one plan): one COUNT(*) with the listing's filter."""
@@ -135,6 +150,7 @@ class SqlJobStore:
         offset: int = 0,
     ) -> list[AsyncJob]:
         """One page of rows, newest first (what people list); filters as count()."""
+        check_page(limit, offset, plan_id)
         stmt = (
             select(J)
             .where(*self._filter(status, plan_id))
@@ -182,6 +198,7 @@ class SqlJobStore:
     ) -> Claimed | None:
         """CLAIM: queued -> running unless a cancel was requested; the plan with it."""
         check_job_id(job_id)
+        check_worker_id(worker_id)
         with self.db.connection() as conn:
             run = pg_claim if self._pg else sqlite_claim
             return run(conn, job_id.upper(), worker_id, now, follow_plan)
@@ -197,6 +214,10 @@ class SqlJobStore:
         follow_plan: bool = False,
     ) -> bool:
         """FINISH: running (under worker_id, if given) -> terminal; the plan with it."""
+        check_job_id(job_id)
+        check_status(status)
+        check_error_message(error)
+        check_worker_id(worker_id, optional=True)
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish needs a terminal status, got {status.value}")
         error = error if status is AsyncJobStatus.failed else None
@@ -239,6 +260,8 @@ class SqlJobStore:
         self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
     ) -> set[str]:
         """HEARTBEAT: one UPDATE … RETURNING for all of a process's running jobs."""
+        job_ids = check_ids("job_ids", job_ids)
+        check_worker_id(worker_id, optional=True)
         stop: set[str] = set()
         with self.db.connection() as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
@@ -265,6 +288,10 @@ class SqlJobStore:
         worker_id: str | None = None,
     ) -> bool:
         """PROGRESS: UPDATE progress (and checkpoint) WHERE running (under worker_id)."""
+        check_job_id(job_id)
+        check_progress(progress)
+        check_checkpoint_json(checkpoint_json)
+        check_worker_id(worker_id, optional=True)
         values: dict[str, Any] = {"progress": progress}
         if checkpoint_json is not None:
             values["checkpoint_json"] = checkpoint_json
@@ -293,6 +320,8 @@ class SqlJobStore:
 
     def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
         """EXPIRE: CAS still-stuck running -> failed."""
+        check_job_id(job_id)
+        check_error_message(error)
         return self._cas(
             J.job_id == job_id,
             self._stuck(cutoff),
@@ -303,6 +332,8 @@ class SqlJobStore:
 
     def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
         """UNDELIVERABLE: CAS queued -> failed."""
+        check_job_id(job_id)
+        check_error_message(error)
         return self._cas(
             J.job_id == job_id,
             J.status.in_(_values(_UNDELIVERABLE.sources)),
@@ -313,6 +344,7 @@ class SqlJobStore:
 
     def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
         """TTL: DELETE terminal rows finished before cutoff, batch by batch (short locks)."""
+        check_batch_size(batch_size)
         total = 0
         while True:
             doomed = (
@@ -333,6 +365,7 @@ class SqlJobStore:
 
     def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
         """DISPATCHED: stamp live rows and count the publish (one statement per batch)."""
+        job_ids = check_ids("job_ids", job_ids)
         stamped = 0
         with self.db.connection() as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):

@@ -11,7 +11,7 @@ from domain.errors import ConcurrentUpdateError
 from domain.plans import Plan
 from store.database import Database
 from store.models import PlanModel
-from store.validation import check_plan
+from store.validation import check_id, check_list_limit, check_page, check_plan
 
 P = PlanModel
 _FIELDS = [c.key for c in P.__table__.columns]
@@ -54,6 +54,7 @@ class SqlPlanStore:
         """SELECT one plan."""
         if not isinstance(plan_id, str):
             return None
+        check_id("plan_id", plan_id)
         with self.db.session() as s:
             row = s.get(P, plan_id.upper())
             return to_domain(row) if row else None
@@ -74,12 +75,14 @@ class SqlPlanStore:
 
     def list_all(self, limit: int | None = None) -> list[Plan]:
         """Plans, oldest first."""
+        check_list_limit(limit)
         with self.db.session() as s:
             stmt = select(P).order_by(P.created_at, P.plan_id).limit(limit)
             return [to_domain(r) for r in s.scalars(stmt)]
 
     def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
         """One page of plans, newest first (what people list)."""
+        check_page(limit, offset)
         stmt = select(P).order_by(P.created_at.desc(), P.plan_id.desc()).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
@@ -91,5 +94,6 @@ class SqlPlanStore:
 
     def remove(self, plan_id: str) -> bool:
         """DELETE one plan."""
+        check_id("plan_id", plan_id)
         with self.db.session() as s:
             return bool(s.execute(delete(P).where(P.plan_id == plan_id.upper())).rowcount)  # type: ignore[attr-defined]

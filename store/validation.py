@@ -1,29 +1,105 @@
-"""Argument checks at the store boundary, shared by every implementation."""
+"""Argument checks at the store boundary, shared by every implementation.
+
+Each raises before any statement runs: a TypeError/ValueError (BoundsError for a value
+out of the limits in domain/bounds.py) naming the argument, so a refused call writes
+nothing and never reaches the driver as a DataError or an OverflowError.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 
-from domain.jobs import AsyncJob, AsyncJobStatus
+from domain.bounds import (
+    ID_LENGTH,
+    INT32_MAX,
+    INT64_MAX,
+    MAX_BATCH,
+    MAX_LIST_LIMIT,
+    check_int,
+    check_text,
+    describe,
+)
+from domain.errors import BoundsError, WrongTypeError
+from domain.jobs import (
+    AsyncJob,
+    AsyncJobStatus,
+    check_checkpoint_json,
+    check_error_message,
+    check_job_fields,
+    check_progress,
+    check_worker_id,
+)
 from domain.plans import Plan
+
+__all__ = [
+    "check_batch_size",
+    "check_checkpoint_json",
+    "check_error_message",
+    "check_fresh_jobs",
+    "check_id",
+    "check_ids",
+    "check_job",
+    "check_job_id",
+    "check_list_limit",
+    "check_moment",
+    "check_page",
+    "check_plan",
+    "check_progress",
+    "check_status",
+    "check_worker_id",
+]
 
 
 def check_job(job: object) -> None:
-    """TypeError unless job is an AsyncJob."""
+    """TypeError unless job is an AsyncJob; BoundsError if a field is out of its bounds."""
     if not isinstance(job, AsyncJob):
         raise TypeError(f"expected an AsyncJob, got {type(job).__name__}")
+    check_job_fields(job)
 
 
 def check_plan(plan: object) -> None:
-    """TypeError unless plan is a Plan."""
+    """TypeError unless plan is a Plan; BoundsError if a field is out of its bounds."""
     if not isinstance(plan, Plan):
         raise TypeError(f"expected a Plan, got {type(plan).__name__}")
+    plan.check_fields()
+
+
+def check_id(field: str, value: object) -> str:
+    """An id argument: a non-empty string that fits a String(26) id column, no NUL."""
+    return check_text(field, value, ID_LENGTH)
 
 
 def check_job_id(job_id: object) -> None:
-    """ValueError for an empty or non-string job id."""
-    if not isinstance(job_id, str) or not job_id.strip():
-        raise ValueError("job_id must be a non-empty string")
+    """ValueError for an empty, non-string, over-long or NUL-carrying job id."""
+    check_id("job_id", job_id)
+
+
+def check_ids(field: str, ids: Iterable[object]) -> list[str]:
+    """A batch of ids (at most MAX_BATCH), each a valid id argument; as a list."""
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise WrongTypeError(field, "must be a list of ids", describe(ids))
+    items = list(ids)
+    if len(items) > MAX_BATCH:
+        raise BoundsError(field, f"must hold at most {MAX_BATCH} ids", str(len(items)))
+    return [check_id(field, item) for item in items]
+
+
+def check_list_limit(limit: object) -> int | None:
+    """A listing's limit: None (all) or an int from 0 to MAX_LIST_LIMIT."""
+    return None if limit is None else check_int("limit", limit, 0, MAX_LIST_LIMIT)
+
+
+def check_batch_size(batch_size: object) -> int:
+    """A delete batch: an int from 1 to INT32_MAX."""
+    return check_int("batch_size", batch_size, 1, INT32_MAX)
+
+
+def check_moment(field: str, value: object) -> datetime:
+    """A timestamp argument is a datetime."""
+    if not isinstance(value, datetime):
+        raise WrongTypeError(field, "must be a datetime", describe(value))
+    return value
 
 
 def check_status(status: object) -> None:
@@ -36,6 +112,8 @@ def check_fresh_jobs(jobs: Sequence[object]) -> None:
     """ValueError unless jobs are new queued first attempts of one phase, one per plan."""
     if not jobs:
         raise ValueError("nothing to queue: no jobs given")
+    if len(jobs) > MAX_BATCH:
+        raise BoundsError("jobs", f"at most {MAX_BATCH} per call", str(len(jobs)))
     for job in jobs:
         check_job(job)
     typed = [j for j in jobs if isinstance(j, AsyncJob)]
@@ -46,3 +124,11 @@ def check_fresh_jobs(jobs: Sequence[object]) -> None:
     for job in typed:
         if job.status is not AsyncJobStatus.queued or job.attempt != 1 or job.retry_of:
             raise ValueError(f"job {job.job_id} is not a new first attempt")
+
+
+def check_page(limit: object, offset: object, plan_id: object = None) -> None:
+    """A newest-first page: limit 0..MAX_LIST_LIMIT, offset 0..int64, an optional plan id."""
+    check_int("limit", limit, 0, MAX_LIST_LIMIT)
+    check_int("offset", offset, 0, INT64_MAX)
+    if plan_id is not None:
+        check_id("plan_id", plan_id)
