@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from celery import Celery, Task
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore
 from celery.result import AsyncResult
 
 from domain.ids import is_ulid
@@ -28,6 +28,17 @@ class PhaseJobFailed(Exception):
     """The job ran and ended failed: its redacted ledger error, for Flower's FAILURE row."""
 
 
+class InvalidJobMessage(Exception):
+    """A message that names no job (crafted, or not planq's): dropped, nothing run.
+
+    An expected outcome (`throws`): one log line, no traceback, acked, FAILURE in Flower.
+    """
+
+
+#: How much of a bad message's job id a log line or Flower shows (redacted first).
+SHOWN_ID_CHARS = 60
+
+
 class PhaseTask(Task):  # type: ignore[misc]
     """A plan phase. Producers call delay(plan_id); the message carries only ids."""
 
@@ -36,7 +47,7 @@ class PhaseTask(Task):  # type: ignore[misc]
     reject_on_worker_lost = True
     ignore_result = True
     typing = False  # arguments are checked by the lifecycle, with typed errors
-    throws = (PhaseJobFailed,)  # an expected outcome: logged in one line, no traceback
+    throws = (PhaseJobFailed, InvalidJobMessage)  # expected: one log line, no traceback
 
     def apply_async(
         self, args: Any = None, kwargs: Any = None, **options: Any
@@ -70,18 +81,20 @@ class PhaseTask(Task):  # type: ignore[misc]
         """Send the message for a committed row again (the runtime's one publish path)."""
         runtime_for(self.app).publish([job])
 
-    def run(self, job_id: Any = None, plan_id: Any = None, **_: Any) -> str:
+    def run(self, *args: Any, job_id: Any = None, plan_id: Any = None, **_: Any) -> str:
         """Claim and run the job, then tell Celery (and so Flower) what the ledger says.
 
         succeeded -> SUCCESS; failed -> FAILURE with the row's redacted error; cancelled
         -> REVOKED; a delivery that found the job owned or ended elsewhere -> IGNORED (so
         a dropped duplicate never overwrites the real delivery's state). Every outcome is
-        acked: none is redelivered. A message with no valid job id is rejected (FAILURE).
+        acked: none is redelivered. A message with no valid job id (or with positional
+        arguments: planq sends ids as keywords) is dropped as InvalidJobMessage (FAILURE).
         """
-        if not is_ulid(job_id):
-            logger.warning("%s: message without a valid job id (%r): dropped", self.name, job_id)
-            raise Reject(f"no valid job id in the message ({job_id!r:.40})", requeue=False)
         runtime = runtime_for(self.app)
+        if args or not is_ulid(job_id):
+            shown = runtime.redactor(repr(args or job_id))[:SHOWN_ID_CHARS]
+            logger.warning("%s: message without a valid job id (%s): dropped", self.name, shown)
+            raise InvalidJobMessage(f"no valid job id in the message: {shown}")
         try:
             result, error = runtime.worker.run_job_reporting(job_id)
         except Exception as exc:

@@ -73,12 +73,13 @@ def test_poison_messages_hold_no_slot_and_producers_cannot_publish_jobs(
     for kwargs in (
         {"job_id": 123},  # the poison message: not a string
         {"job_id": "x" * 10_000},
+        {"job_id": "password=hunter2-secret"},  # a crafted id never reaches the log as is
         {"job_id": None, "plan_id": plan.plan_id},
         {"job_id": no_row, "plan_id": plan.plan_id},  # a valid id with no ledger row
     ):
         producer.send_task(TASK, kwargs=kwargs)
     producer.send_task(TASK, args=[1, 2, 3, 4])  # bad arity
-    good = task.delay(plan.plan_id).id  # behind five poison messages, on a one-slot worker
+    good = task.delay(plan.plan_id).id  # behind six poison messages, on a one-slot worker
     done = wait_for_status(runtime.jobs, good, AsyncJobStatus.succeeded, timeout=PROMPT)
     assert time.monotonic() - t0 < PROMPT and done.progress == 1.0
     wait_for(lambda: queued_messages(producer) == 0, timeout=PROMPT, what="all consumed")
@@ -86,7 +87,9 @@ def test_poison_messages_hold_no_slot_and_producers_cannot_publish_jobs(
     assert [e["job"] for e in events(plan.plan_id)] == [good]
     assert [j.job_id for j in runtime.jobs.list_all()] == [good]
     log = log_text(worker)
-    assert log.count("message without a valid job id") >= 3
+    assert log.count("message without a valid job id") >= 5  # the arity one too
+    assert "hunter2" not in log and "x" * 100 not in log  # redacted, then cut short
+    assert "Traceback" not in log  # expected outcomes: one line each
     assert f"job {no_row}: not claimable" in log
 
 
