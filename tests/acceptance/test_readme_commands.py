@@ -282,7 +282,7 @@ def test_the_readme_quick_start_runs_against_real_services(
         r'^planq_jobs_total\{phase="execute",status="succeeded"\} 1\.0$', shell_out, re.M
     )
     assert "Flower without a password: 401" in shell_out
-    assert re.search(r"^\S+@\S+$", shell_out, re.M), "Flower listed no worker"
+    assert re.search(r"^\S+@\S+ alive: true$", shell_out, re.M), "Flower saw no worker"
     assert python_out.splitlines()[1:] == [
         "SUCCESS 1.0",
         "SUCCESS succeeded",
