@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
+from domain.bounds import MAX_CHECKPOINT_BYTES, check_json_value
 from domain.cancellation import CancellationToken
 from domain.errors import UnknownExecutorError
 from domain.jobs import AsyncJob
@@ -51,7 +51,8 @@ class JobContext:
         """Save resumable state (a JSON object); a retry of this job starts from it."""
         if progress is not None:
             self.progress = max(0.0, min(1.0, float(progress)))
-        self.save(self.progress, json.dumps(dict(state), sort_keys=True))
+        # bounded (1 MiB, 64 levels, strict JSON): a BoundsError here, not a RecursionError
+        self.save(self.progress, check_json_value("checkpoint", dict(state), MAX_CHECKPOINT_BYTES))
 
 
 Executor = Callable[[JobContext], None]

@@ -426,3 +426,23 @@ def test_ledger_durations_and_ids_are_bounded(case: tuple[str, object], cancel: 
         calls[field]()
     expect_bounds(error, field)
     assert [j.model_dump() for j in jobs.list_all()] == before
+
+
+@THOUSAND
+@given(
+    state=st.one_of(
+        too_deep().map(lambda v: {"deep": v}),
+        too_many_bytes(MAX_CHECKPOINT_BYTES).map(lambda s: {"big": s}),
+        st.sampled_from([{"n": float("nan")}, {"i": float("inf")}, {"s": {1}}, {"b": b"x"}]),
+    )
+)
+def test_an_executor_checkpoint_out_of_bounds_saves_nothing(state: dict[str, Any]) -> None:
+    from domain.cancellation import CancellationToken
+    from tasks.executors import JobContext
+
+    saved: list[tuple[float | None, str | None]] = []
+    ctx = JobContext(job=_job(), token=CancellationToken(), save=lambda p, c: saved.append((p, c)))
+    with pytest.raises(BoundsError) as error:
+        ctx.checkpoint(state, progress=0.5)
+    expect_bounds(error, "checkpoint")
+    assert saved == []
