@@ -52,6 +52,11 @@ def check_ledger(url: str, *, auto_migrate: bool = False) -> None:
             upgrade(url)
         except DBAPIError as exc:
             raise _unreachable(url, exc) from None
+        except OSError as exc:  # the SQLite file's directory cannot be made or written
+            reason = f"{exc.strerror}: {exc.filename}" if exc.filename else str(exc)
+            raise LedgerUnavailableError(
+                f"the ledger at {where(url)} cannot be created: {reason}"
+            ) from None
         return
     connect_args = {"connect_timeout": CONNECT_TIMEOUT} if _is_postgres(url) else {}
     engine = create_engine(normalise_url(url), poolclass=NullPool, connect_args=connect_args)

@@ -96,6 +96,18 @@ def test_the_same_database_once_migrated_starts_a_worker(empty_pg: str, tmp_path
         reset_runtime(app)
 
 
+def test_a_sqlite_ledger_that_cannot_be_created_refuses_the_worker(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = worker(PLANQ_DATABASE_URL=f"sqlite:///{blocker}/ledger.db")
+    assert done.returncode == 3
+    line = only_line(done)
+    assert line == (
+        f"planq worker: cannot start: the ledger at sqlite:///{blocker}/ledger.db "
+        f"cannot be created: File exists: {blocker}"
+    )
+
+
 def test_an_unknown_executor_refuses_the_worker(tmp_path: Path) -> None:
     done = worker(
         PLANQ_DATABASE_URL=f"sqlite:///{tmp_path / 'ledger.db'}",
