@@ -93,19 +93,7 @@ class PlanqSettings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _ledger_url(cls, url: str) -> str:
-        match = _URL.match(url)
-        if match is None:
-            raise ConfigurationError(
-                f"PLANQ_DATABASE_URL={_show('database_url', url)}: must be a database URL, "
-                "sqlite:///path/planq.db or postgresql://user@host:5432/planq"
-            )
-        backend = match["backend"].lower()
-        if backend not in LEDGER_BACKENDS:
-            raise ConfigurationError(
-                f"PLANQ_DATABASE_URL={_show('database_url', url)}: the ledger runs on SQLite or "
-                f"PostgreSQL (sqlite:///path or postgresql://user@host/db), not {backend!r}"
-            )
-        return url
+        return check_database_url(url)
 
     @field_validator("broker_url")
     @classmethod
@@ -175,6 +163,26 @@ class PlanqSettings(BaseSettings):
             dispatch_grace=self.dispatch_grace,
             max_dispatches=self.max_dispatches,
         )
+
+
+def check_database_url(url: str) -> str:
+    """url, if it names a database the ledger runs on; else a one-line ConfigurationError.
+
+    For callers that take a ledger URL of their own (`planq db upgrade --url`).
+    """
+    match = _URL.match(url)
+    if match is None:
+        raise ConfigurationError(
+            f"PLANQ_DATABASE_URL={_show('database_url', url)}: must be a database URL, "
+            "sqlite:///path/planq.db or postgresql://user@host:5432/planq"
+        )
+    backend = match["backend"].lower()
+    if backend not in LEDGER_BACKENDS:
+        raise ConfigurationError(
+            f"PLANQ_DATABASE_URL={_show('database_url', url)}: the ledger runs on SQLite or "
+            f"PostgreSQL (sqlite:///path or postgresql://user@host/db), not {backend!r}"
+        )
+    return url
 
 
 def load_settings(**overrides: object) -> PlanqSettings:

@@ -270,3 +270,14 @@ def test_importing_worker_config_with_a_bad_setting_never_exits() -> None:
         "or every job looks stuck",
         "still running",
     ]
+
+
+def test_a_ledger_url_of_ones_own_is_checked_by_the_same_rule() -> None:
+    """`planq db upgrade --url` and other callers with a URL of their own."""
+    from worker_config.settings import check_database_url
+
+    url = "postgresql://planq@127.0.0.1:5432/planq"
+    assert check_database_url(url) == url
+    assert check_database_url("sqlite:///ledger.db") == "sqlite:///ledger.db"
+    with pytest.raises(ConfigurationError, match=r"^PLANQ_DATABASE_URL=mysql://x: .* not 'mysql'$"):
+        check_database_url("mysql://x")
