@@ -1,4 +1,4 @@
-"""Bounds at the store boundaries, on SQLite and PostgreSQL: typed refusals, nothing written.
+"""Bounds at the store boundaries (memory, SQLite, PostgreSQL): typed refusals, nothing written.
 
 Each property runs 1,000 cases against ONE database per test function (the store fixtures
 of tests/conftest.py), and after every case reads the tables back: the row counts and the
@@ -40,7 +40,14 @@ from domain.lifecycle import PlanLifecycleService
 from domain.plans import Plan, PlanPhase
 from domain.runs import RunStore
 from domain.runs.ports import Fresh
-from store import Database, SqlJobStore, SqlPlanStore, SqlRunStoreProvider
+from store import (
+    Database,
+    InMemoryRunStoreProvider,
+    SqlJobStore,
+    SqlPlanStore,
+    SqlRunStoreProvider,
+    in_memory_ledger,
+)
 from tests.bounds_support import (
     RUN_WRITES,
     THOUSAND,
@@ -65,13 +72,20 @@ _SNAPSHOT = {
 
 
 class World:
-    """One database with a plan, a queued job, a running job and an active run in it."""
+    """One ledger with a plan, a queued job, a running job and an active run in it.
 
-    def __init__(self, db: Database) -> None:
+    On SQL (db given) the snapshot reads the tables; in memory (db None) it reads every
+    row back through the stores' own listings.
+    """
+
+    def __init__(self, db: Database | None) -> None:
         self.db = db
-        self.jobs = SqlJobStore(db)
-        self.plans = SqlPlanStore(db)
-        self.runs = SqlRunStoreProvider(db)
+        if db is None:
+            self.jobs, self.plans = in_memory_ledger()
+            self.runs: SqlRunStoreProvider | InMemoryRunStoreProvider = InMemoryRunStoreProvider()
+        else:
+            self.jobs, self.plans = SqlJobStore(db), SqlPlanStore(db)
+            self.runs = SqlRunStoreProvider(db)
         self.service = PlanLifecycleService(self.plans, self.jobs)
         self.plan = self.service.create_plan(["a", {"name": "b", "seconds": 0.5}], name="seed")
         self.queued = AsyncJob(plan_id=self.plan.plan_id, phase=PlanPhase.strategize)
@@ -89,6 +103,14 @@ class World:
 
     def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row's mutable columns, per table, in id order."""
+        if self.db is None:
+            runs = self.runs.list_runs(limit=MAX_LIST_LIMIT)
+            return {
+                "async_jobs": [(j.model_dump(),) for j in self.jobs.list_all()],
+                "plans": [(p.model_dump(),) for p in self.plans.list_all()],
+                "recoverable_runs": [(r,) for r in runs],
+                "run_findings": [(f,) for r in runs for f in self.runs.list_findings(r.id)],
+            }
         with self.db.engine.connect() as conn:
             return {
                 table: [
@@ -106,9 +128,12 @@ class World:
         assert self.snapshot() == self.before
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    """A seeded World on each SQL backend; one database per test function."""
+    """A seeded World on each backend; one database per test function."""
+    if request.param == "memory":
+        yield World(None)
+        return
     fixture = "sqlite_database" if request.param == "sqlite" else "pg_database"
     yield World(request.getfixturevalue(fixture))
 
