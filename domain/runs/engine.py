@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from domain.errors import RunFencedError, RunNotActiveError
+from domain.errors import BoundsError, RunFencedError, RunNotActiveError
 from domain.redaction import redact_secrets
 from domain.runs.checks import check_args, check_job_name, check_owner, check_total
 from domain.runs.findings import Finding, Severity
@@ -269,7 +269,12 @@ def _finish(store: RunStore, outcome: RunOutcome | _Panicked) -> tuple[bool, str
         if isinstance(outcome, Completed):
             return store.mark_completed(), None
         if isinstance(outcome, Paused):
-            return store.mark_paused(outcome.cursor), None
+            try:
+                return store.mark_paused(outcome.cursor), None
+            except BoundsError as exc:  # a handler bug: keep the last checkpoint instead
+                refused = f"Paused with a cursor the store refuses ({exc}); last checkpoint kept"
+                log.warning("run %s: %s", store.run_id, refused)
+                return store.mark_paused(None, error_message=refused), None
         if isinstance(outcome, _Panicked):
             return store.mark_paused(None, error_message=outcome.error), None
         return store.mark_failed(redact_secrets(outcome.message)), None
