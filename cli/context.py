@@ -36,6 +36,37 @@ def build_app(settings: Any) -> Any:
     return create_app(settings)
 
 
+class LedgerReader:
+    """The ledger's stores on their own Database: reads for listings, no Celery app.
+
+    A SQLite ledger that was never migrated is migrated first, as the app's runtime does (a
+    fresh file lists empty); one that was is read as it is, without loading alembic.
+    """
+
+    def __init__(self, database_url: str) -> None:
+        from sqlalchemy.engine import make_url
+
+        from store import Database, SqlRunStoreProvider, sql_ledger
+
+        self.db = Database(database_url)
+        if make_url(database_url).get_backend_name() == "sqlite" and not self._migrated():
+            from store.migrate import upgrade
+
+            upgrade(database_url)
+        self.jobs, self.plans = sql_ledger(self.db)
+        self.runs = SqlRunStoreProvider(self.db)
+
+    def _migrated(self) -> bool:
+        """Whether the SQLite file has alembic's version table (one catalogue query)."""
+        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+        with self.db.engine.connect() as conn:
+            return conn.exec_driver_sql(query).first() is not None
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.db.close()
+
+
 class Planq:
     """Settings, app, runtime and run store for one command; each built on first use."""
 
@@ -57,14 +88,20 @@ class Planq:
         return runtime_for(self.app)
 
     @cached_property
-    def runs(self) -> Any:
-        """The recoverable-run store provider on the same ledger database."""
-        provider = getattr(self.runtime, "runs", None)
-        if provider is not None:
-            return provider
-        from store.runs_sql import SqlRunStoreProvider
+    def ledger(self) -> Any:
+        """Read-only stores (jobs, plans, runs) without Celery: all a listing needs.
 
-        return SqlRunStoreProvider(self.runtime.db)
+        The runtime's own stores when a command has built it; otherwise a LedgerReader, so
+        `planq jobs list` never imports celery, kombu or the task modules.
+        """
+        if "runtime" in self.__dict__:
+            return self.runtime
+        return LedgerReader(self.settings.database_url)
+
+    @cached_property
+    def runs(self) -> Any:
+        """The recoverable-run store provider on the ledger database."""
+        return self.ledger.runs
 
     def require_broker(self) -> None:
         """Unavailable unless the broker answers (checked before a publishing command writes)."""
@@ -88,6 +125,9 @@ class Planq:
 
     def close(self) -> None:
         """Release the runtime's connections and the app's broker pools."""
+        ledger = self.__dict__.get("ledger")
+        if isinstance(ledger, LedgerReader):
+            ledger.close()
         if "runtime" in self.__dict__:
             from tasks.runtime import reset_runtime
 

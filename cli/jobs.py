@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import services
+from cli import limits, services
 from cli.context import Planq, planq
 from cli.output import boundary, emit_json, print_fields, print_table, warn
 from cli.views import job_dict, print_jobs
@@ -30,25 +30,22 @@ def list_jobs(
     ] = None,
     plan: Annotated[str | None, typer.Option("--plan", help="Only this plan's jobs.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many newest.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Jobs, oldest first (queued and running ones have waited longest at the top)."""
+    """Jobs, newest first, with how many match in all."""
     from domain.ids import require_ulid
 
-    wanted = services.parse_status(status)
-    plan_id = require_ulid("--plan", plan) if plan is not None else None
+    limits.check_window(limit, offset)  # every input checked before the ledger is opened
+    services.parse_status(status)
+    if plan is not None:
+        require_ulid("--plan", plan)
     with planq() as session:
-        store = session.runtime.jobs
-        if plan_id is not None:
-            jobs = [j for j in store.list_by_plan(plan_id) if wanted in (None, j.status)][:limit]
-        elif wanted is not None:
-            jobs = store.list_by_status(wanted, limit)
-        else:
-            jobs = store.list_all(limit)
+        page = services.job_page(session, status, plan, limit, offset)
     if as_json:
-        emit_json([job_dict(j) for j in jobs])
+        emit_json(page.header("jobs", [job_dict(j) for j in page.rows]))
     else:
-        print_jobs("jobs", jobs)
+        print_jobs("jobs", page.rows, footer=page.showing())
 
 
 @jobs_app.command("show")
@@ -81,10 +78,11 @@ def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
     """Queue a new attempt of a failed or cancelled job and publish it; exit 1 otherwise."""
     with planq() as session:
         stored, published = services.retry_job(session, job_id)
+        plan = session.ledger.plans.get(stored.plan_id)
         if not published:  # the row is durable: the dispatch relay sends it later
             warn(f"job {stored.job_id} queued but not published; the relay will send it")
-    if as_json:
-        emit_json(job_dict(stored))
+    if as_json:  # the shape `plans strategize --json` prints: {plan, job}
+        emit_json({"plan": plan.as_cli_dict() if plan else None, "job": job_dict(stored)})
     else:
         print_fields(f"retry of {stored.retry_of}: attempt {stored.attempt}", job_dict(stored))
 
@@ -94,22 +92,20 @@ def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
 def stuck(as_json: JsonOpt = False) -> None:
     """Run stuck detection now: running jobs with an expired heartbeat become failed."""
     with planq() as session:
-        report = session.runtime.worker.detect_stuck_jobs()
-        store = session.runtime.jobs
-        expired = [j for j in (store.get(i) for i in report.expired) if j is not None]
+        expired, retried = services.detect_stuck(session)
         timeout = session.settings.job_timeout
     if as_json:
         emit_json(
             {
                 "job_timeout_seconds": timeout,
                 "expired": [job_dict(j) for j in expired],
-                "retried": dict(report.retried),
+                "retried": retried,
             }
         )
         return
     print_jobs(f"stuck jobs expired (heartbeat older than {timeout:g}s)", expired, "none")
-    if report.retried:
-        print_table("retries queued", ("expired job", "new job"), report.retried.items())
+    if retried:
+        print_table("retries queued", ("expired job", "new job"), retried.items())
 
 
 @jobs_app.command("cleanup")
@@ -117,7 +113,7 @@ def stuck(as_json: JsonOpt = False) -> None:
 def cleanup(as_json: JsonOpt = False) -> None:
     """Delete ended jobs older than PLANQ_JOB_TTL now (what beat does every cleanup interval)."""
     with planq() as session:
-        deleted = session.runtime.worker.cleanup_expired_jobs()
+        deleted = services.cleanup_jobs(session)
         ttl = session.settings.job_ttl
     if as_json:
         emit_json({"deleted": deleted, "job_ttl_seconds": ttl})

@@ -15,13 +15,14 @@ import typer
 from cli import services
 from cli.api.server import api_command
 from cli.jobs import jobs_app
-from cli.output import boundary
+from cli.output import OneLineErrors, boundary
 from cli.plans import plans_app
 from cli.runs import runs_app
 from cli.schedule import schedule_command
 
 app = typer.Typer(
     name="planq",
+    cls=OneLineErrors,  # a bad option value is one stderr line and exit 2, like every error
     help="Run plan phases as Celery jobs with a durable SQL job ledger.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

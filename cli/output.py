@@ -15,20 +15,25 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, tzinfo
 from typing import Any, ParamSpec, TypeVar
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
+from typer.core import TyperGroup
 
 OK = 0
 REFUSED = 1
 BAD_INPUT = 2
 UNAVAILABLE = 3
 
-_ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}")
+#: A whole ISO-8601 timestamp with its offset, as the domain's as_cli_dict writes them.
+_ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)")
 PLAIN_WIDTH = 160  #: table width when stdout is not a terminal (pipes, CI, tests)
 
 P = ParamSpec("P")
@@ -104,16 +109,24 @@ def classify(exc: Exception) -> CliError | None:
         return Refused(f"{one_line(exc)} (try again)")
     if isinstance(exc, LedgerUnavailableError):
         return Unavailable(f"ledger: {one_line(exc)}")
-    if isinstance(exc, PlanqError | ValueError):
-        return BadInput(one_line(exc))
+    if isinstance(exc, PlanqError | ValueError) or _domain_type_error(exc):
+        return BadInput(one_line(exc))  # a bound, an id, a value the domain refused
     return _service_error(exc)
 
 
-def _service_error(exc: Exception) -> CliError | None:
-    """Ledger (SQLAlchemy) and broker (kombu) connection failures."""
-    from kombu.exceptions import OperationalError as BrokerError
-    from sqlalchemy.exc import DBAPIError, OperationalError
+def _domain_type_error(exc: Exception) -> bool:
+    """A TypeError planq's own layers raise on purpose (a wrong type at a boundary)."""
+    module = type(exc).__module__
+    return isinstance(exc, TypeError) and module.split(".")[0] in ("domain", "store", "cli")
 
+
+def _service_error(exc: Exception) -> CliError | None:
+    """Ledger (SQLAlchemy) and broker (kombu) failures."""
+    from kombu.exceptions import OperationalError as BrokerError
+    from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+
+    if isinstance(exc, DataError):  # the database refused a value: the input, not an outage
+        return BadInput(f"the ledger refused a value: {one_line(exc)}")
     if isinstance(exc, OperationalError):
         return Unavailable(f"ledger: {one_line(exc)}")
     if isinstance(exc, DBAPIError):
@@ -125,7 +138,8 @@ def _service_error(exc: Exception) -> CliError | None:
 
 def fail(error: CliError) -> typer.Exit:
     """Print the error's one line on stderr; return the Exit to raise."""
-    typer.echo(f"planq: {error.label}: {error.message}", err=True)
+    message = " ".join(error.message.split())  # one line, whatever the message holds
+    typer.echo(f"planq: {error.label}: {message}", err=True)
     return typer.Exit(error.code)
 
 
@@ -147,6 +161,39 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+@contextmanager
+def _usage_errors_in_one_line() -> Iterator[None]:
+    """Click's usage errors (a bad option value, a missing argument) as one stderr line."""
+    try:
+        yield
+    except NoArgsIsHelpError:
+        raise  # the help text itself
+    except ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        message = " ".join(exc.format_message().split())
+        typer.echo(f"planq: error: {message}{hint}", err=True)
+        raise typer.Exit(exc.exit_code) from None
+
+
+class OneLineErrors(TyperGroup):
+    """The root group: every usage error is one line and exit 2, like the commands' own."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Any = None,
+        **extra: Any,
+    ) -> Any:
+        with _usage_errors_in_one_line():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: Any) -> Any:
+        with _usage_errors_in_one_line():
+            return super().invoke(ctx)
+
+
 def warn(message: str) -> None:
     """A one-line warning on stderr (the command still succeeds)."""
     typer.echo(f"planq: warning: {message}", err=True)
@@ -154,8 +201,9 @@ def warn(message: str) -> None:
 
 # -- JSON ---------------------------------------------------------------------------------
 def _default(value: object) -> object:
-    if isinstance(value, datetime):
-        return value.isoformat()
+    if isinstance(value, datetime):  # JSON is UTC, whatever TZ says
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).isoformat()
     if isinstance(value, bytes):
         return value.hex()
     return str(value)
@@ -177,14 +225,35 @@ def console() -> Any:
     return out
 
 
+def display_zone() -> tzinfo | None:
+    """The zone people read times in: TZ (e.g. Asia/Tokyo) if it names one, else the system's."""
+    from zoneinfo import ZoneInfo
+
+    name = os.environ.get("TZ", "").lstrip(":")
+    if not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # unknown or malformed: ZoneInfoNotFoundError
+        return None  # astimezone(None): the C library's reading of TZ (e.g. 'JST-9')
+
+
+def local_time(moment: datetime) -> str:
+    """A stored (UTC) moment in the reader's zone, to the second: '2026-01-02 18:04:05 JST'."""
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+    return aware.astimezone(display_zone()).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
 def cell(value: object) -> str:
-    """A table cell: '-' for nothing, short timestamps, plain text otherwise."""
+    """A table cell: '-' for nothing, times in the reader's zone, plain text otherwise."""
     if value is None or value == "":
         return "-"
     if isinstance(value, float):
         return f"{value:g}"
-    if isinstance(value, str) and _ISO_TIMESTAMP.match(value):
-        return value[:19].replace("T", " ")  # to the second (UTC)
+    if isinstance(value, datetime):
+        return local_time(value)
+    if isinstance(value, str) and _ISO_TIMESTAMP.fullmatch(value):
+        return local_time(datetime.fromisoformat(value))
     return str(value)
 
 
@@ -198,8 +267,12 @@ def print_table(
     columns: Sequence[str],
     rows: Iterable[Sequence[object]],
     empty: str = "nothing to show",
+    footer: str | None = None,
 ) -> None:
-    """A rich table of rows (each cell through cell()); a plain line when there are none."""
+    """A rich table of rows (each cell through cell()); a plain line when there are none.
+
+    footer (e.g. 'showing 50 of 1234') is printed under the table, or after the empty line.
+    """
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
@@ -207,7 +280,8 @@ def print_table(
     materialised = [list(row) for row in rows]
     out = console()
     if not materialised:
-        out.print(f"{escape(title)}: {escape(empty)}")
+        tail = f" ({escape(footer)})" if footer else ""
+        out.print(f"{escape(title)}: {escape(empty)}{tail}")
         return
     table = Table()
     for name in columns:
@@ -216,6 +290,8 @@ def print_table(
         table.add_row(*(Text(cell(value)) for value in row))  # data is never markup
     out.print(f"[bold]{escape(title)}[/]")
     out.print(table)
+    if footer:
+        out.print(escape(footer))
 
 
 def print_fields(title: str, fields: dict[str, object]) -> None:

@@ -1,4 +1,7 @@
-"""`planq plans …`: create, inspect and move plans through strategize -> execute -> apply."""
+"""`planq plans …`: create, inspect and move plans through strategize -> execute -> apply.
+
+Parsing and rendering live here; every ledger action is cli/services.py's, shared with the API.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.context import Planq, planq
+from cli import limits, services
+from cli.context import planq
 from cli.output import BadInput, boundary, emit_json, print_fields, warn
 from cli.views import job_dict, print_jobs, print_plans
 
@@ -16,40 +20,31 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (
 STEPS_HELP = "Step names, comma-separated; NAME:SECONDS sets how long a step takes."
 PlanId = Annotated[str, typer.Argument(help="The plan's ULID.", show_default=False)]
 PlanIds = Annotated[list[str], typer.Argument(help="One or more plan ULIDs.", show_default=False)]
+Limit = Annotated[int, typer.Option("--limit", min=1, help="At most this many (newest first).")]
+Offset = Annotated[int, typer.Option("--offset", min=0, help="Skip this many newest ones.")]
 
 
 def parse_steps(text: str) -> list[dict[str, Any]]:
-    """'fetch,score:2.5,apply' -> step objects; ':SECONDS' sets how long the step takes."""
+    """'fetch,score:2.5,apply' -> step objects; ':SECONDS' sets how long the step takes.
+
+    Only the syntax is checked here; names and seconds are bounded by the domain (BoundsError).
+    """
     steps: list[dict[str, Any]] = []
     for raw in text.split(","):
         name, _, seconds = raw.strip().partition(":")
         name = name.strip()
         if not name:
-            raise BadInput(f"--steps: empty step name in {text!r}")
+            raise BadInput(f"--steps: empty step name in {text[:80]!r}")
         step: dict[str, Any] = {"name": name}
         if seconds:
             try:
                 step["seconds"] = float(seconds)
             except ValueError:
-                raise BadInput(f"--steps: {raw.strip()!r}: seconds must be a number") from None
+                raise BadInput(f"--steps: {raw.strip()[:80]!r}: seconds must be a number") from None
             if step["seconds"] < 0:
-                raise BadInput(f"--steps: {raw.strip()!r}: seconds must be >= 0")
+                raise BadInput(f"--steps: {raw.strip()[:80]!r}: seconds must be >= 0")
         steps.append(step)
     return steps
-
-
-def show_plan(session: Planq, plan_id: str, as_json: bool) -> None:
-    """The plan and its jobs (oldest first)."""
-    rt = session.runtime
-    plan = rt.lifecycle.get_plan(plan_id)
-    jobs = rt.jobs.list_by_plan(plan.plan_id)
-    if as_json:
-        emit_json({**plan.as_cli_dict(), "jobs": [job_dict(j) for j in jobs]})
-        return
-    data = plan.as_cli_dict()
-    data["steps"] = ", ".join(s.get("name", "?") for s in plan.steps) or "-"
-    print_fields(f"plan {plan.plan_id}", data)
-    print_jobs("jobs", jobs, empty="no jobs yet (run `planq plans strategize ID`)")
 
 
 @plans_app.command("create")
@@ -60,78 +55,68 @@ def create(
     as_json: JsonOpt = False,
 ) -> None:
     """Store a new plan (state New); nothing is queued yet."""
+    from domain.plans import Plan
+
     parsed = parse_steps(steps)
+    Plan.with_steps(parsed, name=name)  # the domain's bounds (BoundsError), before the ledger
     with planq() as session:
-        plan = session.runtime.lifecycle.create_plan(parsed, name=name)
-        if as_json:
-            emit_json(plan.as_cli_dict())
-        else:
-            print_fields("plan created", plan.as_cli_dict())
+        plan = services.create_plan(session, parsed, name=name)
+    if as_json:
+        emit_json(plan.as_cli_dict())
+    else:
+        print_fields("plan created", plan.as_cli_dict())
 
 
 @plans_app.command("show")
 @boundary
 def show(plan_id: PlanId, as_json: JsonOpt = False) -> None:
-    """One plan and its phase jobs."""
+    """One plan and its phase jobs (in the order they ran)."""
     with planq() as session:
-        show_plan(session, plan_id, as_json)
+        plan, jobs = services.plan_jobs(session, plan_id)
+    if as_json:
+        emit_json({**plan.as_cli_dict(), "jobs": [job_dict(j) for j in jobs]})
+        return
+    data = plan.as_cli_dict()
+    data["steps"] = ", ".join(s.get("name", "?") for s in plan.steps) or "-"
+    print_fields(f"plan {plan.plan_id}", data)
+    print_jobs("jobs", jobs, empty="no jobs yet (run `planq plans strategize ID`)")
 
 
 @plans_app.command("list")
 @boundary
-def list_plans(
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
-    as_json: JsonOpt = False,
-) -> None:
-    """Plans, oldest first."""
+def list_plans(limit: Limit = 50, offset: Offset = 0, as_json: JsonOpt = False) -> None:
+    """Plans, newest first, with how many there are in all."""
+    limits.check_window(limit, offset)
     with planq() as session:
-        plans = session.runtime.plans.list_all(limit)
-        if as_json:
-            emit_json([p.as_cli_dict() for p in plans])
-        else:
-            print_plans("plans", plans)
+        page = services.plan_page(session, limit, offset)
+    if as_json:
+        emit_json(page.header("plans", [p.as_cli_dict() for p in page.rows]))
+    else:
+        print_plans("plans", page.rows, footer=page.showing())
 
 
 def queue_phase(plan_ids: list[str], phase_name: str, as_json: bool) -> None:
-    """Queue a phase: broker checked, plan and job row in one statement, then the message.
+    """Queue a phase: plans checked, broker checked, rows in one statement, then the messages.
 
-    Several plan ids go in one batch (`delay_many`): all queued, or none.
+    One plan id prints {plan, job}; several go in one batch (all queued, or none) and print a
+    list of {plan, job}.
     """
-    from domain.plans import PlanPhase
-
     with planq() as session:
-        for plan_id in plan_ids:  # a bad or unknown id is exit 2, first
-            session.runtime.lifecycle.get_plan(plan_id)
-        session.require_broker()
-        if len(plan_ids) > 1:
-            queue_many(session, plan_ids, PlanPhase(phase_name), as_json)
-            return
-        queued = session.runtime.lifecycle.queue_phase(plan_ids[0], PlanPhase(phase_name))
-        session.runtime.stamps.flush()  # show the row as the relay will see it
-        job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
-        doc = {"plan": queued.plan.as_cli_dict(), "job": job_dict(job) if job else None}
+        queued = services.queue_phases(session, plan_ids, phase_name)
+    docs = [
+        {"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None} for plan, job in queued
+    ]
+    for _, job in queued:
         if job is not None and job.dispatched_at is None:
             warn(f"job {job.job_id} is queued but its message was not sent; the relay will send it")
-        if as_json:
-            emit_json(doc)
-            return
-        print_fields(f"plan {queued.plan.plan_id} is {queued.plan.label}", doc["job"] or {})
-
-
-def queue_many(session: Any, plan_ids: list[str], phase: Any, as_json: bool) -> None:
-    """One batch: every row in one transaction, then every message on one producer."""
-    queued = session.runtime.lifecycle.queue_phases(plan_ids, phase)
-    session.runtime.stamps.flush()
-    jobs = [session.runtime.jobs.get(q.job.job_id) for q in queued if q.job is not None]
     if as_json:
-        emit_json(
-            [
-                {"plan": q.plan.as_cli_dict(), "job": job_dict(j)}
-                for q, j in zip(queued, jobs, strict=True)
-            ]
-        )
-        return
-    print_jobs(f"queued {phase.value} for {len(jobs)} plans", jobs)
+        emit_json(docs[0] if len(plan_ids) == 1 else docs)
+    elif len(plan_ids) == 1:
+        plan, _ = queued[0]
+        print_fields(f"plan {plan.plan_id} is {plan.label}", docs[0]["job"] or {})
+    else:
+        jobs = [job for _, job in queued if job is not None]
+        print_jobs(f"queued {phase_name} for {len(jobs)} plans", jobs)
 
 
 def _phase_command(phase_name: str, needs: str) -> None:
@@ -156,15 +141,16 @@ _phase_command("apply", "needs Execute/COMPLETE")
 def watch(
     plan_id: PlanId,
     timeout: Annotated[
-        float, typer.Option("--timeout", min=0, help="Give up (exit 1) after this many seconds.")
+        float, typer.Option("--timeout", help="Give up (exit 1) after this many seconds.")
     ] = 600.0,
     interval: Annotated[
-        float, typer.Option("--interval", min=0.05, help="Seconds between ledger polls.")
+        float, typer.Option("--interval", help="Seconds between ledger polls (0.05 to 3600).")
     ] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
     """Live progress bars of the plan's jobs until every one has ended (exit 0; 1 on timeout)."""
     from cli.watch import watch_plan
 
+    limits.check_watch(timeout, interval)
     with planq() as session:
         watch_plan(session, plan_id, timeout, interval, as_json)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import services
+from cli import limits, services
 from cli.context import Planq, planq
 from cli.output import BadInput, Refused, boundary, emit_json, print_fields, print_table
 from cli.views import FINDING_COLUMNS, finding_row, print_runs
@@ -20,20 +20,9 @@ RunId = Annotated[str, typer.Argument(help="The run's ULID.", show_default=False
 JobName = Annotated[str, typer.Argument(help="The recoverable job's name.", show_default=False)]
 
 
-def known_jobs(app: Any) -> list[str]:
-    """Names of the recoverable jobs registered on the app (tasks named planq.runs.<name>)."""
-    names = (n for n in app.tasks if n.startswith(RUN_TASK_PREFIX))
-    return sorted(n.removeprefix(RUN_TASK_PREFIX) for n in names)
-
-
 def get_run(session: Planq, run_id: str) -> Any:
-    """The run's summary; BadInput for a malformed or unknown id."""
-    from domain.ids import require_ulid
-
-    run = session.runs.get_run_by_id(require_ulid("run_id", run_id))
-    if run is None:
-        raise BadInput(f"no recoverable run with id {run_id!r} (it may have been purged)")
-    return run
+    """The run's summary; BadInput for a malformed id, NotFound for an unknown one."""
+    return services.find_run(session, run_id)
 
 
 def parse_args(pairs: list[str]) -> dict[str, str]:
@@ -42,7 +31,7 @@ def parse_args(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"--arg {pair!r}: expected KEY=VALUE")
+            raise BadInput(f"--arg {pair[:80]!r}: expected KEY=VALUE")
         out[key.strip()] = value
     return out
 
@@ -55,31 +44,37 @@ def trigger(
         list[str] | None,
         typer.Option("--arg", help="KEY=VALUE handed to the run (repeatable).", show_default=False),
     ] = None,
+    wait: Annotated[
+        float,
+        typer.Option("--wait", help="Seconds to wait for a worker to open the run (0 to 60)."),
+    ] = 0.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Send planq.runs.NAME: a worker starts a run, resumes the Paused one, or skips."""
+    """Start a run of NAME, resume its Paused run, or skip (exit 1) while one is active.
+
+    The decision is made here and again, race-safely, by the worker that takes the message.
+    """
     args = parse_args(arg or [])
+    limits.check_job_name(name)
+    limits.check_number("--wait", wait, 0.0, 60.0)
     with planq() as session:
-        known = known_jobs(session.app)
-        if name not in known:
-            listed = ", ".join(known) if known else "none are registered"
-            raise BadInput(f"unknown recoverable job {name!r} (known: {listed})")
-        session.require_broker()
-        kwargs = {"args": args} if args else {}
-        result = session.app.tasks[RUN_TASK_PREFIX + name].apply_async(kwargs=kwargs)
-        latest = session.runs.list_runs(name, limit=1)
+        result = services.trigger_run(session, name, args, wait=wait)
+    run = result.run.as_dict() if result.run is not None else None
+    if result.decision == "already_running":
+        raise Refused(f"skipped: run {result.run.id} of {name!r} is {run and run['status']}")
     doc = {
         "job_name": name,
         "task": RUN_TASK_PREFIX + name,
-        "task_id": result.id if result is not None else None,
+        "task_id": result.task_id,
+        "decision": result.decision,
         "args": args,
-        "latest_run": latest[0].as_dict() if latest else None,
+        "run": run,
     }
     if as_json:
         emit_json(doc)
-    else:
-        state = f"latest run {latest[0].id} is {latest[0].status.as_str()}" if latest else "no runs"
-        typer.echo(f"sent {doc['task']} (task id {doc['task_id']}); {state}")
+        return
+    seen = f"run {run['id']} is {run['status']}" if run else "the worker has not opened it yet"
+    typer.echo(f"sent {doc['task']} (task id {doc['task_id']}, {result.decision}); {seen}")
 
 
 @runs_app.command("list")
@@ -89,13 +84,16 @@ def list_runs(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 20,
     as_json: JsonOpt = False,
 ) -> None:
-    """Runs, newest first."""
+    """Runs, newest first, with how many there are in all."""
+    limits.check_window(limit, 0)
+    if name is not None:
+        limits.check_job_name(name)
     with planq() as session:
-        runs = session.runs.list_runs(name, limit=limit)
+        page = services.run_page(session, name, limit)
     if as_json:
-        emit_json([r.as_dict() for r in runs])
+        emit_json(page.header("runs", [r.as_dict() for r in page.rows]))
     else:
-        print_runs(f"runs of {name}" if name else "runs", runs)
+        print_runs(f"runs of {name}" if name else "runs", page.rows, footer=page.showing())
 
 
 @runs_app.command("show")
@@ -125,13 +123,14 @@ def cancel(name: JobName, as_json: JsonOpt = False) -> None:
     Exit 1 if none is Running. A cancelled run ends Paused, its cursor kept, as the spec's
     cancel does: nothing is thrown away.
     """
+    limits.check_job_name(name)
     with planq() as session:  # any job name with runs: the worker may know handlers we don't
         run_id = session.runs.request_cancel(name)
         if run_id is None:
             latest = session.runs.list_runs(name, limit=1)
             state = f"its latest run is {latest[0].status.as_str()}" if latest else "it has no runs"
             raise Refused(f"no Running run of {name!r} to cancel ({state})")
-    doc = {"job_name": name, "run_id": run_id, "status": "CancelRequested"}
+    doc = {"job_name": name, "run_id": run_id, "status": "CancelRequested", "ends_as": "Paused"}
     if as_json:
         emit_json(doc)
     else:
@@ -146,7 +145,11 @@ def findings(
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many.")] = 0,
     as_json: JsonOpt = False,
 ) -> None:
-    """A run's findings in the order recorded, one page."""
+    """A run's findings in the order recorded (a scan's own order, oldest first), one page."""
+    from domain.bounds import MAX_OFFSET
+
+    if limit > limits.MAX_PAGE_WINDOW or offset > MAX_OFFSET:
+        raise BadInput(f"--limit must be at most {limits.MAX_PAGE_WINDOW}, --offset {MAX_OFFSET}")
     with planq() as session:
         run = get_run(session, run_id)
         page = session.runs.list_findings(run.id, limit=limit, offset=offset)
@@ -173,11 +176,16 @@ def findings(
 def purge(
     older_than_days: Annotated[
         float,
-        typer.Option("--older-than-days", min=1, help="Completed/Failed runs ended this long ago."),
+        typer.Option(
+            "--older-than-days", help="Completed/Failed runs ended this long ago (1 to 36500)."
+        ),
     ],
     as_json: JsonOpt = False,
 ) -> None:
     """Delete ended runs (and their findings) older than N days; active runs are never touched."""
+    from domain.bounds import MAX_RETENTION_DAYS
+
+    limits.check_number("--older-than-days", older_than_days, 1.0, MAX_RETENTION_DAYS)
     with planq() as session:
         purged, _ = services.purge_runs(session, older_than_days)
     if as_json:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.context import Planq, planq
-from cli.output import boundary, emit_json, print_table
+from cli.output import boundary, emit_json, local_time, print_table
 from cli.runs import RUN_TASK_PREFIX
 
 MAINTENANCE_PREFIX = "planq.maintenance."
@@ -68,7 +68,7 @@ def run_outcome(session: Planq, job_name: str) -> dict[str, Any]:
     if not latest:
         return {**row, "last_outcome": "never run", "run": None, "text": "never run"}
     run = latest[0]
-    when = (run.completed_at or run.last_progress_at).isoformat()[:19].replace("T", " ")
+    when = local_time(run.completed_at or run.last_progress_at)
     return {
         **row,
         "last_outcome": run.status.as_str(),

@@ -9,6 +9,7 @@ Options this wrapper does not know are passed through to Celery unchanged.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -21,6 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.context import Planq
+from cli.limits import Page, check_job_name, check_window
 from cli.output import BadInput, Refused, boundary
 
 APP_MODULE = "worker_config"
@@ -95,13 +97,51 @@ def beat(ctx: typer.Context, loglevel: LogLevel = "INFO", dry_run: DryRun = Fals
     run(celery_argv("beat", f"--loglevel={loglevel}", *ctx.args), dry_run)
 
 
+#: Flower reads its options from FLOWER_* variables too: the credentials travel this way, so
+#: they never show in the process list (`ps`) the way a --basic-auth argument would.
+FLOWER_AUTH_ENV = "FLOWER_BASIC_AUTH"
+
+
+def check_basic_auth(value: str) -> str:
+    """'user:pass[,user2:pass2]' with a non-empty user and password each; BadInput otherwise."""
+    pairs = value.split(",")
+    for pair in pairs:
+        user, sep, password = pair.partition(":")
+        if not sep or not user.strip() or not password or "\x00" in pair:
+            raise BadInput(
+                f"--basic-auth / {FLOWER_AUTH_ENV} must be USER:PASSWORD[,USER:PASSWORD…] "
+                f"(got {len(pairs)} entr{'y' if len(pairs) == 1 else 'ies'}, one malformed)"
+            )
+    return value
+
+
 def flower(
     ctx: typer.Context,
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP port.")] = 5555,
+    basic_auth: Annotated[
+        str | None,
+        typer.Option(
+            "--basic-auth",
+            envvar=FLOWER_AUTH_ENV,
+            help="USER:PASSWORD[,…] Flower asks for (default: FLOWER_BASIC_AUTH).",
+            show_default=False,
+            show_envvar=True,
+        ),
+    ] = None,
     dry_run: DryRun = False,
 ) -> None:
-    """Run Flower (needs the Redis broker: task events and remote control)."""
-    run(celery_argv("flower", f"--port={port}", *ctx.args), dry_run)
+    """Run Flower (needs the Redis broker: task events and remote control).
+
+    Without --basic-auth or FLOWER_BASIC_AUTH, Flower asks for no password: bind it to a
+    private network only.
+    """
+    argv = celery_argv("flower", f"--port={port}", *ctx.args)
+    if basic_auth:
+        os.environ[FLOWER_AUTH_ENV] = check_basic_auth(basic_auth)  # exec'd Flower reads it
+        if dry_run:
+            users = ",".join(pair.partition(":")[0] for pair in basic_auth.split(","))
+            typer.echo(f"{FLOWER_AUTH_ENV}={users}:*** (in the environment)")
+    run(argv, dry_run)
 
 
 def register(app: typer.Typer) -> None:
@@ -115,12 +155,13 @@ def register(app: typer.Typer) -> None:
 # cli.output's CliError family (BadInput, Refused, Unavailable) plus NotFound, so the CLI maps
 # them to exit codes and the API to HTTP statuses without a second rule.
 
-#: The most rows a listing pages over (offset + limit): the stores list oldest-first only.
-MAX_PAGE_WINDOW = 10_000
-
 
 class NotFound(BadInput):
     """An id or name that names nothing (exit 2 in the CLI, 404 over HTTP)."""
+
+
+class PlanGone(Refused):
+    """The job's plan no longer exists: a retry would have nothing to run (exit 1, 409)."""
 
 
 @dataclass(frozen=True)
@@ -150,31 +191,22 @@ def find_job(session: Planq, job_id: str) -> Any:
     """The job row; InvalidIdError for a malformed id, NotFound for an unknown one."""
     from domain.ids import require_ulid
 
-    job = session.runtime.jobs.get(require_ulid("job_id", job_id))
+    job = session.ledger.jobs.get(require_ulid("job_id", job_id))
     if job is None:
         raise NotFound(f"no job with id {job_id!r}")
     return job
 
 
-def check_window(limit: int, offset: int) -> None:
-    """BadInput unless 1 <= limit and 0 <= offset and the window stays bounded."""
-    if limit < 1 or offset < 0 or offset + limit > MAX_PAGE_WINDOW:
-        raise BadInput(
-            f"limit must be >= 1, offset >= 0 and offset + limit <= {MAX_PAGE_WINDOW} "
-            f"(got limit={limit}, offset={offset})"
-        )
-
-
 def list_jobs(
     session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
 ) -> list[Any]:
-    """Jobs oldest first, filtered by status and/or plan, one page."""
+    """Jobs oldest first (the admin API's order: who has waited longest), one page."""
     from domain.ids import require_ulid
 
     check_window(limit, offset)
     wanted = parse_status(status)
     plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
-    store = session.runtime.jobs
+    store = session.ledger.jobs
     if plan is not None:
         rows = [j for j in store.list_by_plan(plan) if wanted in (None, j.status)]
     elif wanted is not None:
@@ -184,45 +216,95 @@ def list_jobs(
     return list(rows[offset : offset + limit])
 
 
-def recent_plans(session: Planq, limit: int, offset: int = 0) -> list[Any]:
-    """Plans newest first, one page (the plan store lists oldest first: read, then reverse)."""
+def job_page(
+    session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
+) -> Page:
+    """Jobs newest first, filtered by status and/or plan, with the filter's total."""
+    from domain.ids import require_ulid
+
     check_window(limit, offset)
-    plans = session.runtime.plans.list_all(None)
-    plans.reverse()
-    return list(plans[offset : offset + limit])
+    wanted = parse_status(status)
+    plan = require_ulid("--plan", plan_id) if plan_id is not None else None
+    store = session.ledger.jobs
+    rows = store.list_recent(wanted, plan, limit=limit, offset=offset)
+    return Page(rows, store.count(wanted, plan), limit, offset)
+
+
+def recent_plans(session: Planq, limit: int, offset: int = 0) -> list[Any]:
+    """Plans newest first, one page."""
+    check_window(limit, offset)
+    return list(session.ledger.plans.list_recent(limit, offset))
+
+
+def plan_page(session: Planq, limit: int, offset: int = 0) -> Page:
+    """Plans newest first with how many there are."""
+    rows = recent_plans(session, limit, offset)
+    return Page(rows, session.ledger.plans.count(), limit, offset)
+
+
+def run_page(session: Planq, job_name: str | None, limit: int) -> Page:
+    """Runs newest first (of one job name) with how many there are."""
+    check_window(limit, 0)
+    name = check_job_name(job_name) if job_name is not None else None
+    rows = session.runs.list_runs(name, limit=limit)
+    return Page(rows, session.runs.count_runs(name), limit)
 
 
 def find_plan(session: Planq, plan_id: str) -> Any:
     """The plan; InvalidIdError for a malformed id, NotFound for an unknown one."""
-    from domain.errors import PlanNotFoundError
+    from domain.ids import require_ulid
 
-    try:
-        return session.runtime.lifecycle.get_plan(plan_id)
-    except PlanNotFoundError:
-        raise NotFound(f"no plan with id {plan_id!r}") from None
+    plan = session.ledger.plans.get(require_ulid("plan_id", plan_id))
+    if plan is None:
+        raise NotFound(f"no plan with id {plan_id!r}")
+    return plan
+
+
+def plan_jobs(session: Planq, plan_id: str) -> tuple[Any, list[Any]]:
+    """(plan, its jobs oldest first: the order its phases ran in)."""
+    plan = find_plan(session, plan_id)
+    return plan, session.ledger.jobs.list_by_plan(plan.plan_id)
 
 
 def create_plan(session: Planq, steps: list[dict[str, Any]], name: str = "") -> Any:
-    """Store a new plan (state New); nothing is queued."""
+    """Store a new plan (state New); nothing is queued. Bounds are the domain's (BoundsError)."""
     if not steps:
         raise BadInput("a plan needs at least one step")
     return session.runtime.lifecycle.create_plan(steps, name=name)
 
 
-def queue_phase(session: Planq, plan_id: str, phase: str) -> tuple[Any, Any]:
-    """(plan, job row as stored): the plan checked, the broker checked, then one statement."""
+def _phase(phase: str) -> Any:
     from domain.plans import PlanPhase
 
-    find_plan(session, plan_id)  # a bad or unknown id first, before the broker
     try:
-        wanted = PlanPhase(phase)
+        return PlanPhase(phase)
     except ValueError:
         raise BadInput(f"unknown phase {phase!r}") from None
+
+
+def queue_phase(session: Planq, plan_id: str, phase: str) -> tuple[Any, Any]:
+    """(plan, job row as stored): the plan checked, the broker checked, then one statement."""
+    find_plan(session, plan_id)  # a bad or unknown id first, before the broker
+    wanted = _phase(phase)
     session.require_broker()
     queued = session.runtime.lifecycle.queue_phase(plan_id, wanted)
     session.runtime.stamps.flush()  # show the row as the relay will see it
     job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
     return queued.plan, job
+
+
+def queue_phases(session: Planq, plan_ids: list[str], phase: str) -> list[tuple[Any, Any]]:
+    """One batch: every plan checked, then every row in one transaction, then the messages."""
+    if len(plan_ids) == 1:
+        return [queue_phase(session, plan_ids[0], phase)]
+    for plan_id in plan_ids:
+        find_plan(session, plan_id)
+    wanted = _phase(phase)
+    session.require_broker()
+    queued = session.runtime.lifecycle.queue_phases(plan_ids, wanted)
+    session.runtime.stamps.flush()
+    jobs = session.runtime.jobs
+    return [(q.plan, jobs.get(q.job.job_id) if q.job else None) for q in queued]
 
 
 def cancel_job(session: Planq, job_id: str) -> tuple[str, Any]:
@@ -242,9 +324,15 @@ def retry_job(session: Planq, job_id: str) -> tuple[Any, bool]:
     job = find_job(session, job_id)
     if not job.is_terminal or job.status.value == "succeeded":
         raise Refused(f"job {job.job_id} is {job.status.value}; only failed or cancelled retry")
+    if session.ledger.plans.get(job.plan_id) is None:  # checked again inside the retry
+        raise PlanGone(f"job {job.job_id}'s plan {job.plan_id} no longer exists; nothing to retry")
     session.require_broker()
+    from domain.errors import PlanNotFoundError
+
     try:
         new, published = session.runtime.worker.retry_job(job)
+    except PlanNotFoundError:  # removed between the check and the retry
+        raise PlanGone(f"job {job.job_id}'s plan {job.plan_id} no longer exists") from None
     except ValueError as exc:
         raise Refused(str(exc)) from None
     if new is None:
@@ -354,6 +442,14 @@ def cancel_run(session: Planq, name: str) -> str:
 
 
 def purge_runs(session: Planq, retention_days: float) -> tuple[int, float]:
-    """(purged, days applied): ended runs older than max(1, days); active runs never."""
-    days = max(1.0, float(retention_days))
+    """(purged, days applied): ended runs older than max(1, days); active runs never.
+
+    Days must be finite and at most domain.bounds.MAX_RETENTION_DAYS (BadInput otherwise).
+    """
+    from domain.bounds import MAX_RETENTION_DAYS
+
+    days = float(retention_days)
+    if not math.isfinite(days) or days > MAX_RETENTION_DAYS:
+        raise BadInput(f"retention days must be finite and at most {MAX_RETENTION_DAYS:g}")
+    days = max(1.0, days)
     return int(session.runs.purge_terminal_runs(days)), days

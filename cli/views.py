@@ -41,13 +41,15 @@ def job_row(job: Any) -> list[object]:
         job.attempt,
         percent(job.progress),
         job.worker_id,
-        job.created_at.isoformat(),
+        job.created_at,
     ]
 
 
-def print_jobs(title: str, jobs: list[Any], empty: str = "no jobs") -> None:
-    """A jobs table."""
-    print_table(title, JOB_COLUMNS, (job_row(j) for j in jobs), empty=empty)
+def print_jobs(
+    title: str, jobs: list[Any], empty: str = "no jobs", footer: str | None = None
+) -> None:
+    """A jobs table (times in the reader's zone)."""
+    print_table(title, JOB_COLUMNS, (job_row(j) for j in jobs), empty=empty, footer=footer)
 
 
 def plan_row(plan: Any) -> list[object]:
@@ -63,9 +65,10 @@ def plan_row(plan: Any) -> list[object]:
     ]
 
 
-def print_plans(title: str, plans: list[Any]) -> None:
+def print_plans(title: str, plans: list[Any], footer: str | None = None) -> None:
     """A plans table."""
-    print_table(title, PLAN_COLUMNS, (plan_row(p) for p in plans), empty="no plans")
+    rows = (plan_row(p) for p in plans)
+    print_table(title, PLAN_COLUMNS, rows, empty="no plans", footer=footer)
 
 
 def run_row(run: Any) -> list[object]:
@@ -77,14 +80,14 @@ def run_row(run: Any) -> list[object]:
         run.scanned_count,
         run.finding_count,
         percent(run.progress.fraction if run.progress else None),
-        run.started_at.isoformat(),
-        run.last_progress_at.isoformat(),
+        run.started_at,
+        run.last_progress_at,
     ]
 
 
-def print_runs(title: str, runs: list[Any]) -> None:
+def print_runs(title: str, runs: list[Any], footer: str | None = None) -> None:
     """A runs table."""
-    print_table(title, RUN_COLUMNS, (run_row(r) for r in runs), empty="no runs")
+    print_table(title, RUN_COLUMNS, (run_row(r) for r in runs), empty="no runs", footer=footer)
 
 
 def finding_row(finding: Any, width: int = 60) -> list[object]:
@@ -100,5 +103,5 @@ def finding_row(finding: Any, width: int = 60) -> list[object]:
         finding.kind,
         finding.resource_id,
         detail,
-        finding.created_at.isoformat(),
+        finding.created_at,
     ]

@@ -12,9 +12,9 @@ from cli.views import job_dict
 
 def snapshot(session: Planq, plan_id: str) -> tuple[Any, list[Any]]:
     """The plan and its jobs as the ledger has them now."""
-    rt = session.runtime
-    plan = rt.lifecycle.get_plan(plan_id)
-    return plan, rt.jobs.list_by_plan(plan.plan_id)
+    from cli.services import plan_jobs
+
+    return plan_jobs(session, plan_id)
 
 
 def all_ended(jobs: list[Any]) -> bool:
@@ -77,9 +77,10 @@ def watch_plan(
         while True:
             if live is not None and out is not None:
                 live.update(render(plan, jobs, time.monotonic() - start, out.width), refresh=True)
-            if all_ended(jobs) or time.monotonic() - start >= timeout:
+            remaining = timeout - (time.monotonic() - start)
+            if all_ended(jobs) or remaining <= 0:
                 break
-            time.sleep(interval)
+            time.sleep(min(interval, remaining))  # --timeout holds whatever --interval says
             plan, jobs = snapshot(session, plan_id)
     finally:
         if live is not None:

@@ -79,7 +79,9 @@ def test_three_workers_share_300_jobs_from_a_separate_producer(
         timeout=60,
         check=True,
     )
-    cli_rows = {row["job_id"]: row for row in json.loads(listed.stdout)}
+    page = json.loads(listed.stdout)
+    assert page["total"] == len(job_ids)
+    cli_rows = {row["job_id"]: row for row in page["jobs"]}
     assert set(cli_rows) == set(job_ids)
     assert {row["status"] for row in cli_rows.values()} == {"succeeded"}
 

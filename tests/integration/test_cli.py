@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 from celery.signals import after_task_publish
-from click.testing import Result
 from sqlalchemy import inspect, select
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from cli.main import app
 from domain.clock import utcnow
@@ -35,7 +34,7 @@ from store import Database, sql_ledger
 from store.migrate import upgrade
 from store.models import RecoverableRunModel
 from store.runs_sql import SqlRunStoreProvider
-from tests.support import REDIS_TEST_URL, flush_redis
+from tests.support import REDIS_TEST_URL, flush_redis, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 UNKNOWN_ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
@@ -218,8 +217,9 @@ def test_plans_create_list_and_show_as_table_and_json(env: dict[str, str], ledge
     assert stored.steps[1] == {"name": "score", "seconds": 0.5}
 
     listed = ok_json("plans", "list")
-    assert [p["plan_id"] for p in listed] == [created["plan_id"]]
-    assert listed[0] == stored.as_cli_dict()
+    assert [p["plan_id"] for p in listed["plans"]] == [created["plan_id"]]
+    assert listed["plans"][0] == stored.as_cli_dict()
+    assert (listed["total"], listed["limit"], listed["offset"]) == (1, 50, 0)
     table = ok("plans", "list").stdout
     assert created["plan_id"] in table and "nightly" in table and "New" in table
 
@@ -228,15 +228,42 @@ def test_plans_create_list_and_show_as_table_and_json(env: dict[str, str], ledge
     assert "fetch, score, apply" in ok("plans", "show", created["plan_id"]).stdout
 
 
-def test_plans_list_limit(env: dict[str, str], ledger: Ledger) -> None:
-    first = ledger.plan(name="one")
-    ledger.plan(name="two")
-    assert [p["plan_id"] for p in ok_json("plans", "list", "--limit", 1)] == [first.plan_id]
+def test_plans_list_is_newest_first_and_says_how_many(env: dict[str, str], ledger: Ledger) -> None:
+    first, second, third = (ledger.plan(name=n) for n in ("one", "two", "three"))
+    page = ok_json("plans", "list", "--limit", 2)
+    assert [p["plan_id"] for p in page["plans"]] == [third.plan_id, second.plan_id]
+    assert page["total"] == 3
+    rest = ok_json("plans", "list", "--limit", 2, "--offset", 2)
+    assert [p["plan_id"] for p in rest["plans"]] == [first.plan_id] and rest["total"] == 3
+    table = ok("plans", "list", "--limit", 2).stdout
+    assert table.index(third.plan_id) < table.index(second.plan_id)
+    assert first.plan_id not in table and "showing 2 of 3 (newest first)" in table
+    assert "showing 3-3 of 3" in ok("plans", "list", "--limit", 2, "--offset", 2).stdout
 
 
 def test_plans_create_refuses_an_empty_step(env: dict[str, str], ledger: Ledger) -> None:
     assert "empty step name" in fails(2, "plans", "create", "--steps", "a,,b")
     assert ledger.plans.list_all() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--name", "x" * 201), "at most 200 characters"),
+        (("--name", "bad\x00name"), "NUL"),
+        (("--steps", "ok,bad\x00step"), "NUL"),
+    ],
+)
+def test_plans_create_refuses_what_the_ledger_cannot_hold(
+    env: dict[str, str], ledger: Ledger, args: tuple[str, str], expected: str
+) -> None:
+    full = (
+        ["plans", "create", "--steps", "a", *args]
+        if args[0] == "--name"
+        else ["plans", "create", *args]
+    )
+    assert expected in fails(2, *full)
+    assert ledger.plans.list_all() == []  # PostgreSQL would have said DataError: nothing written
 
 
 def test_strategize_commits_the_row_then_publishes_it(
@@ -299,6 +326,40 @@ def test_watch_times_out_with_exit_1(env: dict[str, str], ledger: Ledger) -> Non
     assert line.startswith("planq: timeout:") and job.job_id in line
 
 
+def test_watch_honours_its_timeout_whatever_the_interval(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    job = ledger.queued()
+    start = time.monotonic()
+    line = fails(1, "plans", "watch", job.plan_id, "--timeout", 1, "--interval", 1000)
+    took = time.monotonic() - start
+    assert line.startswith("planq: timeout: after 1s") and job.job_id in line
+    assert 1.0 <= took < 30, took  # slept min(interval, remaining), not the 1000 s interval
+
+
+def test_tables_show_the_readers_zone_and_json_stays_utc(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from zoneinfo import ZoneInfo
+
+    plan = ledger.plan(name="zoned")
+    stored = ledger.plans.get(plan.plan_id)
+    assert stored is not None
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    tokyo = stored.created_at.astimezone(ZoneInfo("Asia/Tokyo")).strftime("%Y-%m-%d %H:%M:%S")
+    table = ok("plans", "list").stdout
+    assert f"{tokyo} JST" in table
+    doc = ok_json("plans", "list")["plans"][0]
+    assert doc["created_at"] == stored.created_at.isoformat()
+    assert doc["created_at"].endswith("+00:00")
+    monkeypatch.setenv("TZ", "UTC")
+    utc = stored.created_at.strftime("%Y-%m-%d %H:%M:%S")
+    assert f"{utc} UTC" in ok("plans", "list").stdout
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert f"{tokyo} JST" in ok("plans", "show", plan.plan_id).stdout
+
+
+# -- jobs ----------------------------------------------------------------------------------
 # -- jobs ----------------------------------------------------------------------------------
 def test_jobs_list_filters_by_status_and_plan(env: dict[str, str], ledger: Ledger) -> None:
     queued = ledger.queued()
@@ -306,15 +367,23 @@ def test_jobs_list_filters_by_status_and_plan(env: dict[str, str], ledger: Ledge
     succeeded = ledger.ended(AsyncJobStatus.succeeded)
 
     everything = ok_json("jobs", "list")
-    assert {j["job_id"] for j in everything} == {queued.job_id, failed.job_id, succeeded.job_id}
-    assert everything[0] == {**ledger.get(queued.job_id).as_cli_dict(), "dispatched": False}
-    assert [j["job_id"] for j in ok_json("jobs", "list", "--status", "failed")] == [failed.job_id]
+    newest_first = [succeeded.job_id, failed.job_id, queued.job_id]
+    assert [j["job_id"] for j in everything["jobs"]] == newest_first
+    assert everything["total"] == 3
+    assert everything["jobs"][2] == {**ledger.get(queued.job_id).as_cli_dict(), "dispatched": False}
+    only_failed = ok_json("jobs", "list", "--status", "failed")
+    assert [j["job_id"] for j in only_failed["jobs"]] == [failed.job_id]
+    assert only_failed["total"] == 1
     by_plan = ok_json("jobs", "list", "--plan", succeeded.plan_id)
-    assert [j["job_id"] for j in by_plan] == [succeeded.job_id]
-    assert ok_json("jobs", "list", "--plan", succeeded.plan_id, "--status", "queued") == []
-    assert len(ok_json("jobs", "list", "--limit", 2)) == 2
+    assert [j["job_id"] for j in by_plan["jobs"]] == [succeeded.job_id]
+    none = ok_json("jobs", "list", "--plan", succeeded.plan_id, "--status", "queued")
+    assert (none["jobs"], none["total"]) == ([], 0)
+    two = ok_json("jobs", "list", "--limit", 2)
+    assert [j["job_id"] for j in two["jobs"]] == newest_first[:2] and two["total"] == 3
     table = ok("jobs", "list", "--status", "failed").stdout
     assert failed.job_id in table and queued.job_id not in table
+    assert "showing 1 of 1 (newest first)" in table
+    assert "showing 2 of 3" in ok("jobs", "list", "--limit", 2).stdout
 
 
 def test_jobs_list_rejects_an_invalid_status(env: dict[str, str], ledger: Ledger) -> None:
@@ -379,7 +448,10 @@ def test_retry_a_failed_job_queues_and_publishes_a_new_attempt(
     env: dict[str, str], ledger: Ledger, published: list[Sent]
 ) -> None:
     failed = ledger.ended(AsyncJobStatus.failed)
-    new = ok_json("jobs", "retry", failed.job_id)
+    out = ok_json("jobs", "retry", failed.job_id)
+    assert set(out) == {"plan", "job"}  # the shape `plans strategize --json` prints
+    assert out["plan"]["state"] == "Strategize/QUEUED"
+    new = out["job"]
     assert (new["attempt"], new["retry_of"], new["status"]) == (2, failed.job_id, "queued")
     assert new["dispatched"] is True
     rows = ledger.jobs.list_by_plan(failed.plan_id)
@@ -392,6 +464,29 @@ def test_retry_a_failed_job_queues_and_publishes_a_new_attempt(
     ]
     assert "already retried" in fails(1, "jobs", "retry", failed.job_id)
     assert len(published) == 1
+
+
+def test_retry_of_a_job_whose_plan_is_gone_is_refused(
+    env: dict[str, str], ledger: Ledger, published: list[Sent]
+) -> None:
+    failed = ledger.ended(AsyncJobStatus.failed)
+    assert ledger.plans.remove(failed.plan_id)
+    line = fails(1, "jobs", "retry", failed.job_id)
+    assert line.startswith("planq: refused:") and "no longer exists" in line
+    assert failed.plan_id in line
+    assert [j.job_id for j in ledger.jobs.list_all()] == [failed.job_id] and published == []
+
+
+def test_queueing_commands_print_one_json_shape(
+    env: dict[str, str], ledger: Ledger, published: list[Sent]
+) -> None:
+    queued = ok_json("plans", "strategize", ledger.plan().plan_id)
+    failed = ledger.ended(AsyncJobStatus.failed)
+    retried = ok_json("jobs", "retry", failed.job_id)
+    assert set(queued) == set(retried) == {"plan", "job"}
+    assert set(queued["plan"]) == set(retried["plan"])
+    assert set(queued["job"]) - {"retry_of"} == set(retried["job"]) - {"retry_of"}
+    assert retried["plan"]["plan_id"] == failed.plan_id == retried["job"]["plan_id"]
 
 
 @pytest.mark.parametrize("status", [AsyncJobStatus.succeeded, AsyncJobStatus.queued])
@@ -439,9 +534,14 @@ def test_runs_list_show_and_findings(env: dict[str, str], ledger: Ledger) -> Non
     live = ledger.run("scan_b", end=None)
 
     listed = ok_json("runs", "list")
-    assert [r["id"] for r in listed] == [live, done]  # newest first
-    assert [r["id"] for r in ok_json("runs", "list", "scan_a")] == [done]
-    assert "scan_b" in ok("runs", "list").stdout
+    assert [r["id"] for r in listed["runs"]] == [live, done]  # newest first
+    assert listed["total"] == 2
+    of_a = ok_json("runs", "list", "scan_a")
+    assert ([r["id"] for r in of_a["runs"]], of_a["total"]) == ([done], 1)
+    one = ok_json("runs", "list", "--limit", 1)
+    assert ([r["id"] for r in one["runs"]], one["total"]) == ([live], 2)
+    table = ok("runs", "list").stdout
+    assert "scan_b" in table and "showing 2 of 2 (newest first)" in table
 
     shown = ok_json("runs", "show", done)
     assert shown["status"] == "Completed" and shown["stats"]["finding_count"] == 5
@@ -457,7 +557,12 @@ def test_runs_list_show_and_findings(env: dict[str, str], ledger: Ledger) -> Non
 def test_runs_cancel_flags_the_running_run_once(env: dict[str, str], ledger: Ledger) -> None:
     live = ledger.run("scan_b", end=None)
     out = ok_json("runs", "cancel", "scan_b")
-    assert out == {"job_name": "scan_b", "run_id": live, "status": "CancelRequested"}
+    assert out == {
+        "job_name": "scan_b",
+        "run_id": live,
+        "status": "CancelRequested",
+        "ends_as": "Paused",
+    }
     assert ledger.run_status(live) == "CancelRequested"
     assert "no Running run" in fails(1, "runs", "cancel", "scan_b")
 
@@ -475,9 +580,10 @@ def test_runs_purge_deletes_old_ended_runs_only(env: dict[str, str], ledger: Led
 def test_runs_trigger_sends_the_task(
     env: dict[str, str], ledger: Ledger, published: list[Sent]
 ) -> None:
-    done = ledger.run("ledger_consistency")
+    ledger.run("ledger_consistency")  # ended: a trigger starts a fresh run
     out = ok_json("runs", "trigger", "ledger_consistency", "--arg", "batch_size=50")
-    assert out["task"] == "planq.runs.ledger_consistency" and out["latest_run"]["id"] == done
+    assert out["task"] == "planq.runs.ledger_consistency" and out["decision"] == "fresh"
+    assert out["run"] is None  # no worker here: nobody opened it (--wait 0)
     assert [(m.task_id, m.task, m.routing_key, m.kwargs) for m in published] == [
         (out["task_id"], out["task"], "planq.runs", {"args": {"batch_size": "50"}})
     ]
@@ -566,6 +672,21 @@ def test_service_wrappers_exec_celery_with_planq_defaults(
         "/tmp/sched",
     ]
     assert ok("flower", "--dry-run", "--port", 5599).stdout.split()[3:] == ["flower", "--port=5599"]
+
+
+def test_flower_basic_auth_goes_to_flower_by_its_environment(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "x:y")  # recorded, so the test's value is undone
+    monkeypatch.delenv("FLOWER_BASIC_AUTH")
+    out = ok("flower", "--dry-run", "--basic-auth", "ops:s3cret,viewer:pw").stdout
+    assert "FLOWER_BASIC_AUTH=ops,viewer:*** (in the environment)" in out
+    assert "s3cret" not in out and "--basic-auth" not in out  # never in argv (`ps` shows argv)
+    assert os.environ["FLOWER_BASIC_AUTH"] == "ops:s3cret,viewer:pw"  # what exec'd Flower reads
+    monkeypatch.setenv("FLOWER_BASIC_AUTH", "from:env")
+    assert "FLOWER_BASIC_AUTH=from:***" in ok("flower", "--dry-run").stdout
+    for bad in ("nocolon", ":nouser", "user:", "a:b,,c:d"):
+        assert "USER:PASSWORD" in fails(2, "flower", "--dry-run", "--basic-auth", bad)
 
 
 def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
@@ -668,3 +789,57 @@ def test_planq_worker_runs_a_phase_that_watch_follows_to_the_end(
             worker.wait(10)
         log.close()
         flush_redis(WORKER_REDIS_URL)
+
+
+def _status(url: str, auth: tuple[str, str] | None = None) -> int | None:
+    """The HTTP status of GET url, or None while nothing listens."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url)
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None
+
+
+@pytest.mark.processes
+def test_planq_flower_asks_for_the_basic_auth_it_was_given(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = _process_env(
+        PLANQ_DATABASE_URL=f"sqlite:///{tmp_path / 'f.db'}", PLANQ_BROKER_URL=REDIS_TEST_URL
+    )
+    env.pop("FLOWER_BASIC_AUTH", None)
+    log = (tmp_path / "flower.log").open("wb")
+    flower = subprocess.Popen(
+        [_planq_script(), "flower", "--port", str(port), "--basic-auth", "ops:s3cret",
+         "--address=127.0.0.1"],
+        env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        first = wait_for(lambda: _status(url), timeout=60, interval=0.2, what="Flower to listen")
+        assert first == 401  # no credentials, no page
+        assert _status(url, ("ops", "wrong")) == 401
+        assert _status(url, ("ops", "s3cret")) == 200
+        argv = Path(f"/proc/{flower.pid}/cmdline").read_bytes().split(b"\0")
+        assert not any(b"s3cret" in a for a in argv)  # the password is not in the process list
+    finally:
+        flower.send_signal(signal.SIGTERM)
+        try:
+            flower.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(flower.pid, signal.SIGKILL)
+            flower.wait(10)
+        log.close()

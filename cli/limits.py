@@ -1,0 +1,71 @@
+"""Bounds on what people type into the CLI, checked before a ledger is opened, and one page.
+
+Every check raises a one-line BadInput (exit 2) or the domain's BoundsError (also exit 2), so
+`inf`, `1e23`, a NUL byte or an over-long name never reaches a store or a timer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cli.output import BadInput
+
+#: The most rows a listing pages over (offset + limit): a bound for people and scripts.
+MAX_PAGE_WINDOW = 10_000
+#: `plans watch`: the longest wait and the longest pause between polls.
+MAX_WATCH_SECONDS = 7 * 86_400.0
+MAX_POLL_SECONDS = 3_600.0
+MIN_POLL_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a newest-first listing and how many rows the filter matches in all."""
+
+    rows: list[Any]
+    total: int
+    limit: int
+    offset: int = 0
+
+    def showing(self) -> str:
+        """'showing 50 of 1234 (newest first)' for the line under a table."""
+        if not self.rows:
+            return f"showing 0 of {self.total}"
+        first, last = self.offset + 1, self.offset + len(self.rows)
+        span = f"{len(self.rows)}" if self.offset == 0 else f"{first}-{last}"
+        return f"showing {span} of {self.total} (newest first)"
+
+    def header(self, key: str, documents: list[Any]) -> dict[str, Any]:
+        """The JSON document: the rows under key, with total, limit and offset."""
+        return {key: documents, "total": self.total, "limit": self.limit, "offset": self.offset}
+
+
+def check_window(limit: int, offset: int) -> None:
+    """BadInput unless 1 <= limit and 0 <= offset and the window stays bounded."""
+    if limit < 1 or offset < 0 or offset + limit > MAX_PAGE_WINDOW:
+        raise BadInput(
+            f"limit must be >= 1, offset >= 0 and offset + limit <= {MAX_PAGE_WINDOW} "
+            f"(got limit={limit}, offset={offset})"
+        )
+
+
+def check_number(option: str, value: float, low: float, high: float) -> float:
+    """BadInput unless value is a finite number with low <= value <= high."""
+    if not math.isfinite(value) or not low <= value <= high:
+        raise BadInput(f"{option} must be a finite number from {low:g} to {high:g}, got {value!r}")
+    return value
+
+
+def check_job_name(name: str) -> str:
+    """A recoverable job's name as the run store bounds it (BoundsError: no NUL, not too long)."""
+    from domain.bounds import MAX_JOB_NAME_LENGTH, check_text
+
+    return check_text("job name", name, MAX_JOB_NAME_LENGTH)
+
+
+def check_watch(timeout: float, interval: float) -> None:
+    """`plans watch` bounds: a finite timeout and a poll interval within reason."""
+    check_number("--timeout", timeout, 0.0, MAX_WATCH_SECONDS)
+    check_number("--interval", interval, MIN_POLL_SECONDS, MAX_POLL_SECONDS)
