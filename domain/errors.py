@@ -56,7 +56,10 @@ class InvalidIdError(PlanqError, ValueError):
     def __init__(self, what: str, value: object) -> None:
         self.what = what
         self.value = value
-        super().__init__(f"{what} must be a ULID string, got {value!r}")
+        shown = repr(value)
+        if len(shown) > 60:  # a huge value never makes a huge message
+            shown = f"{shown[:40]}… ({type(value).__name__} of {len(shown)} chars)"
+        super().__init__(f"{what} must be a ULID string, got {shown}")
 
 
 class DuplicateJobError(PlanqError, ValueError):

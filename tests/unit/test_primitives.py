@@ -418,3 +418,12 @@ def test_error_default_message_is_the_docstring() -> None:
         "Someone else changed this row since it was read; read it again and retry."
     )
     assert "abc" in str(PlanNotFoundError("abc"))
+
+
+def test_a_huge_bad_id_makes_a_short_error_message() -> None:
+    with pytest.raises(InvalidIdError) as refused:
+        require_ulid("job_id", "x" * 10_000)
+
+    message = str(refused.value)
+    assert message.startswith("job_id must be a ULID string, got 'xxx") and len(message) < 120
+    assert refused.value.value == "x" * 10_000  # the value itself stays on the error
