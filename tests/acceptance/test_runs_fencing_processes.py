@@ -170,11 +170,12 @@ def test_a_frozen_worker_loses_its_run_and_writes_nothing_after_it_thaws(
         )
         lost_s = time.monotonic() - thawed_at
         done = wait_run(rt, "B to complete", lambda r: not r.status.is_non_terminal, timeout=120)
-        wait_for(  # A's trigger has returned: whatever it would write is written by now
-            lambda: "'lost': True" in _log_text(a) or '"lost": true' in _log_text(a),
+        wait_for(  # A's trigger has returned (IGNORED: it lost the run), so whatever it
+            # would write is written by now
+            lambda: f"{TASK}[" in _log_text(a) and "] ignored" in _log_text(a),
             timeout=30,
             interval=0.2,
-            what="A's trigger to return its lost outcome",
+            what="A's trigger to end IGNORED",
         )
         final = newest(rt)
         assert final is not None and final == done  # nothing changed after B completed
