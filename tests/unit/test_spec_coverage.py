@@ -1,10 +1,13 @@
 """The guard: every seed scenario and spec test has a test marked as following it.
 
-It parses ../shared/seeds/async_jobs.feature.txt (Scenario titles) and
+It parses docs/spec/async_jobs.feature.txt (Scenario titles) and
 recoverable_runs.rs.txt (its #[test] / #[tokio::test] fns), reads every test module's
 `@pytest.mark.spec("async_jobs: <title>")` / `("recoverable_runs: <fn>")` decorators with
 ast (no import, no collection: deterministic), and fails naming each scenario or test
 without a marked test, and each marker naming nothing in the seeds.
+
+docs/spec/ holds verbatim copies of the seeds (../shared/seeds/), so a clone alone is
+enough to run the guard; where the shared folder is present, the copies must equal it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
-SEEDS = Path(os.environ.get("PLANQ_SPEC_SEEDS", ROOT.parent / "shared" / "seeds"))
+SEEDS = Path(os.environ.get("PLANQ_SPEC_SEEDS", ROOT / "docs" / "spec"))
+#: Where the seeds are published beside the repository (absent in a lone clone).
+SHARED_SEEDS = ROOT.parent / "shared" / "seeds"
 FEATURE = SEEDS / "async_jobs.feature.txt"
 RUST = SEEDS / "recoverable_runs.rs.txt"
 
@@ -106,6 +111,13 @@ def test_the_seeds_parse_to_87_scenarios_and_7_rust_tests() -> None:
     assert len(titles) == 87 and len(set(titles)) == 87, "a Scenario title is missing or twice"
     assert len(names) == 7 and len(set(names)) == 7
     assert "runstatus_parse_is_symmetric" in names
+
+
+def test_the_vendored_seeds_are_the_published_ones() -> None:
+    published = [SHARED_SEEDS / f.name for f in (FEATURE, RUST)]
+    if all(p.is_file() for p in published):  # beside the repository: must not drift
+        assert [p.read_bytes() for p in published] == [FEATURE.read_bytes(), RUST.read_bytes()]
+    assert FEATURE.read_bytes().count(b"Scenario:") == 87  # the copy is whole in any case
 
 
 def test_every_spec_scenario_and_test_has_a_marked_test() -> None:
