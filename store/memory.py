@@ -145,13 +145,13 @@ class InMemoryJobStore:
         limit: int = 50,
         offset: int = 0,
     ) -> list[AsyncJob]:
-        """One page of rows, newest first; filters as count()."""
+        """One page of rows, newest first (job ids are ULIDs); filters as count()."""
         check_page(limit, offset, plan_id)
         if status is not None:
             check_status(status)
         with self._shared.lock:
             rows = [j for j in self._rows.values() if _wanted(j, status, plan_id)]
-        rows.sort(key=lambda j: (j.created_at, j.job_id), reverse=True)
+        rows.sort(key=lambda j: j.job_id, reverse=True)
         return [j.model_copy() for j in rows[offset : offset + limit]]
 
     # -- worker operations (each atomic under the lock, like one SQL statement) --------

@@ -149,12 +149,16 @@ class SqlJobStore:
         limit: int = 50,
         offset: int = 0,
     ) -> list[AsyncJob]:
-        """One page of rows, newest first (what people list); filters as count()."""
+        """One page of rows, newest first (what people list); filters as count().
+
+        Ordered by job id: ULIDs sort by creation time, and the primary key's index serves
+        the order, so the newest page of a large ledger is read without sorting it all.
+        """
         check_page(limit, offset, plan_id)
         stmt = (
             select(J)
             .where(*self._filter(status, plan_id))
-            .order_by(J.created_at.desc(), J.job_id.desc())
+            .order_by(J.job_id.desc())
             .limit(limit)
             .offset(offset)
         )

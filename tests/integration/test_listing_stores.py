@@ -65,7 +65,7 @@ def test_jobs_page_and_count_share_one_filter(jobs: JobStore, plans: PlanStore) 
     q, r, f = AsyncJobStatus.queued, AsyncJobStatus.running, AsyncJobStatus.failed
     mine = _jobs(jobs, first, [q, f, q, r])
     other = _jobs(jobs, second, [f])
-    everything = sorted(mine + other, key=lambda j: (j.created_at, j.job_id), reverse=True)
+    everything = sorted(mine + other, key=lambda j: j.job_id, reverse=True)  # ULIDs: by creation
 
     assert [j.job_id for j in jobs.list_recent()] == [j.job_id for j in everything]
     assert jobs.count() == 5
