@@ -136,7 +136,8 @@ def test_postgres_restarted_while_jobs_run(
     recovered = time.monotonic() - t0
     jobs = [runtime.jobs.get(i) for i in ids]
     assert all(j is not None and j.status is AsyncJobStatus.succeeded for j in jobs), jobs
-    assert all(runs(i) == 1 for i in ids)
+    started = {i: runs(i) for i in ids}
+    assert set(started.values()) == {1}, (started, jobs)
     record_reliability("PostgreSQL restarted with 4 jobs running", 4, 0, 0, recovered)
 
 
