@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from domain.errors import PlanqError
+from domain.errors import EmbeddedWorkerError, PlanqError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan, PlanPhase
 from tasks.embedded import EmbeddedWorker
@@ -357,11 +356,10 @@ def _shutdown(
 
 def _stop_worker(embedded: EmbeddedWorker, app: Celery, console: Console) -> bool:
     """Stop the embedded worker (a bounded wait) and release the ledger; whether it stopped."""
-    stopper = threading.Thread(target=embedded.stop, args=(10.0,), daemon=True)
-    stopper.start()
-    stopper.join(15.0)
-    if stopper.is_alive():
-        console.print("[yellow]worker did not stop within 15s[/yellow]")
+    try:
+        embedded.stop(10.0)
+    except EmbeddedWorkerError as exc:
+        console.print(f"[yellow]{str(exc).splitlines()[0]}[/yellow]")
         return False
     reset_runtime(app)
     return True

@@ -82,6 +82,10 @@ class LedgerUnavailableError(PlanqError):
     retryable = True
 
 
+class EmbeddedWorkerError(PlanqError):
+    """The in-process worker did not start or stop within its bound."""
+
+
 class UnknownExecutorError(PlanqError, LookupError):
     """No executor is registered for this phase."""
 

@@ -2,6 +2,14 @@
 
 Built by its callers (the demo, tests, a laptop setup) around a process's Runtime: the
 job runner does not own it, so nothing below the entry modules imports this one.
+
+It owns its worker's whole life instead of using Celery's
+`celery.contrib.testing.worker.start_worker`, which waits for the start without a bound
+and stops by setting the process-global `celery.worker.state.should_terminate`: that
+stops every in-process worker, and a stop that times out leaves the flag set, so every
+later worker in the process stops inside its start and the wait hangs for ever. Here
+each worker has its own kombu event loop, is stopped through that loop alone, and both
+waits are bounded and fail naming what did not start or stop.
 """
 
 from __future__ import annotations
@@ -10,16 +18,29 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
+import time
+import traceback
+from collections.abc import Iterator
 from typing import Any
 
-from celery.contrib.testing.worker import start_worker
+from celery.contrib.testing.worker import setup_app_for_worker
+from celery.exceptions import WorkerShutdown
+from celery.result import _set_task_join_will_block
+from celery.worker import WorkController
+from celery.worker import state as worker_state
+from kombu.asynchronous import set_event_loop
 
+from domain.errors import EmbeddedWorkerError
 from tasks.revoke_bridge import install_revoke_bridge
 from tasks.runtime import Runtime
 from tasks.tracker import WORKER_SHUTDOWN
 
 logger = logging.getLogger("planq.embedded")
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
 
 
 class EmbeddedWorker:
@@ -27,34 +48,58 @@ class EmbeddedWorker:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._stack: contextlib.ExitStack | None = None
+        self.controller: Any = None
+        self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._relay: threading.Thread | None = None
-        self.controller: Any = None
+        self.hostname = f"planq-embedded-{os.getpid()}@{socket.gethostname()}"
 
     @property
     def is_running(self) -> bool:
         """Whether the worker thread is started."""
-        return self._stack is not None
+        return self.controller is not None
 
-    def start(self) -> None:
-        """Start consuming every planq queue, and relaying unsent rows (idempotent)."""
-        if self._stack is not None:
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Start consuming every planq queue, and relaying unsent rows (idempotent).
+
+        Raises EmbeddedWorkerError when the consumer is not ready within `timeout` s.
+        """
+        if self.controller is not None:
             return
         install_revoke_bridge()
-        worker, stack = self.runtime.worker, contextlib.ExitStack()
-        self.controller = stack.enter_context(
-            start_worker(
-                self.runtime.app,
-                pool="threads",
-                concurrency=worker.config.max_workers,
-                perform_ping_check=False,
-                shutdown_timeout=60.0,
-                loglevel="WARNING",
-                hostname=f"planq-embedded-{os.getpid()}@{socket.gethostname()}",
-            )
+        app = self.runtime.app
+        setup_app_for_worker(app, "WARNING", None)
+        ready = threading.Event()
+        # A fresh kombu event loop for this worker: kombu keeps one per process, and a
+        # second in-process worker would otherwise share (and on stop close) the first's.
+        set_event_loop(None)
+        controller = WorkController(
+            app=app,
+            hostname=self.hostname,
+            pool="threads",
+            concurrency=self.runtime.worker.config.max_workers,
+            loglevel="WARNING",
+            ready_callback=lambda _consumer: ready.set(),
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
         )
-        self._stack = stack
+        thread = threading.Thread(target=controller.start, name="planq-embedded", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.1) and thread.is_alive() and time.monotonic() < deadline:
+            pass
+        if not ready.is_set():
+            where = _describe(thread)
+            self._abandon(controller, thread)
+            broker = self.runtime.redactor(str(app.conf.broker_url))
+            raise EmbeddedWorkerError(
+                f"embedded worker {self.hostname} did not start within {timeout:.0f}s: "
+                f"its consumer never became ready ({where}); "
+                f"is the broker at {broker} answering?"
+            )
+        _set_task_join_will_block(False)  # this thread is no task: result.get() may wait
+        self.controller, self._thread = controller, thread
         self._stop.clear()
         self._relay = threading.Thread(target=self._relay_loop, name="planq-relay", daemon=True)
         self._relay.start()
@@ -67,13 +112,69 @@ class EmbeddedWorker:
             except Exception:
                 logger.exception("embedded relay failed; retrying")
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Trip in-flight tokens, stop relaying, let those jobs end, stop the worker thread."""
-        stack, self._stack = self._stack, None
-        if stack is None:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Trip in-flight tokens, stop relaying, let those jobs end, stop the worker thread.
+
+        Raises EmbeddedWorkerError naming the thread (and its stack) that did not stop
+        within `timeout` s; the worker is then asked to stop cold, never left consuming.
+        """
+        controller, thread = self.controller, self._thread
+        if controller is None or thread is None:
             return
-        self.runtime.worker.tracker.cancel_all(WORKER_SHUTDOWN)
+        self.controller = self._thread = None
+        in_flight = self.runtime.worker.tracker.cancel_all(WORKER_SHUTDOWN)
         self._stop.set()
         if self._relay is not None:
             self._relay.join(timeout)
-        stack.close()
+        with _warm_stop(controller):
+            thread.join(timeout)
+        if thread.is_alive():
+            where = _describe(thread)
+            self._abandon(controller, thread)
+            raise EmbeddedWorkerError(
+                f"embedded worker {self.hostname} did not stop within {timeout:.0f}s "
+                f"(jobs tripped at stop: {', '.join(in_flight) or 'none'}); {where}"
+            )
+
+    @staticmethod
+    def _abandon(controller: Any, thread: threading.Thread) -> None:
+        """Stop a worker that missed its wait cold, so it never keeps consuming."""
+        try:
+            controller.terminate()
+        except Exception:
+            logger.exception("embedded worker: cold stop failed")
+        thread.join(5.0)
+
+
+@contextlib.contextmanager
+def _warm_stop(controller: Any) -> Iterator[None]:
+    """Make this worker, and only it, leave its consumer loop as on a warm shutdown.
+
+    With an event loop (Redis, AMQP) the stop is raised inside the worker's own loop
+    thread (kombu's `call_soon` wakes it), where Celery's own warm shutdown raises it.
+    A polled transport (memory://) has no loop: its consumer leaves when the flag every
+    polled loop checks is set, and the flag is always cleared again after the wait.
+    """
+    hub = getattr(controller, "hub", None)
+    if hub is not None:
+        hub.call_soon(_raise_warm_shutdown)
+        yield
+        return
+    worker_state.should_stop = 0
+    try:
+        yield
+    finally:
+        worker_state.should_stop = None
+
+
+def _raise_warm_shutdown() -> None:
+    raise WorkerShutdown(0)
+
+
+def _describe(thread: threading.Thread) -> str:
+    """The thread's state and, if it is alive, where it is (for the error message)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if not thread.is_alive() or frame is None:
+        return f"thread {thread.name} has exited"
+    stack = "".join(traceback.format_stack(frame, limit=12))
+    return f"thread {thread.name} is still in:\n{stack}"

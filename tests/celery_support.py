@@ -50,9 +50,11 @@ def embedded_worker(app: Celery, start: bool = True) -> Iterator[EmbeddedWorker]
     try:
         yield worker
     finally:
-        worker.stop()
-        worker.runtime.worker.stop()  # the store poller, if a test started it
-        reset_runtime(app)
+        try:
+            worker.stop()  # bounded: raises EmbeddedWorkerError naming what did not stop
+        finally:
+            worker.runtime.worker.stop()  # the store poller, if a test started it
+            reset_runtime(app)
 
 
 @contextmanager

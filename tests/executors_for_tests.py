@@ -100,3 +100,12 @@ def by_plan_name(ctx: JobContext) -> None:
         leak_secret(ctx)
     elif name.startswith("slow"):
         slow(ctx)
+
+
+def ignores_cancel(ctx: JobContext) -> None:
+    """Work for PLANQ_TEST_SECONDS (default 3) without ever looking at the token."""
+    _enter(ctx)
+    try:
+        time.sleep(float(os.environ.get("PLANQ_TEST_SECONDS", "3")))
+    finally:
+        _leave()
