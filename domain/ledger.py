@@ -86,10 +86,6 @@ class JobLedger:
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while following its job")
 
     # -- transitions --------------------------------------------------------------------
-    def queue(self, jobs: list[AsyncJob]) -> list[Plan] | None:
-        """Insert new jobs, their plans moved into the phase: all or nothing (None)."""
-        return self.jobs.queue(jobs, utcnow())
-
     def claim(self, job_id: str, worker_id: str) -> Claimed | None:
         """Take a queued job for worker_id, and its plan; None if it is not to be run here.
 
