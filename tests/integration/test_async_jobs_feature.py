@@ -10,6 +10,8 @@ scenario has a test.
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -20,7 +22,12 @@ from sqlalchemy.orm import Session
 from domain.cancellation import CancellationToken
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
-from domain.errors import InvalidJobTransitionError, InvalidPlanTransitionError, PlanNotFoundError
+from domain.errors import (
+    ConcurrentUpdateError,
+    InvalidJobTransitionError,
+    InvalidPlanTransitionError,
+    PlanNotFoundError,
+)
 from domain.health import WorkerHealthReport
 from domain.ids import new_id
 from domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
@@ -882,3 +889,27 @@ def test_execute_plan_with_the_backend_plan_store_and_a_separate_job_store(
     saved = plans.get(other.plan_id)
     assert saved is not None and saved.version == other.version
     assert jobs.count() == 1
+
+
+def test_two_stores_concurrent_queues_of_one_plan_add_one_job(plans: PlanStore) -> None:
+    jobs = InMemoryJobStore()  # a job store of its own: the plan's version decides
+    service = PlanLifecycleService(plans, jobs=jobs)
+    for _ in range(5):
+        plan = plan_in(plans, PlanPhase.strategize, PlanStatus.complete)
+        start = threading.Barrier(2)
+
+        def queue(plan_id: str = plan.plan_id, start: threading.Barrier = start) -> str:
+            start.wait()
+            try:
+                service.execute_plan(plan_id)
+            except (ConcurrentUpdateError, InvalidPlanTransitionError) as exc:
+                return type(exc).__name__
+            return "queued"
+
+        with ThreadPoolExecutor(2) as pool:
+            outcomes = sorted(pool.map(lambda _: queue(), range(2)))
+        assert outcomes.count("queued") == 1, outcomes
+        assert len(jobs.list_by_plan(plan.plan_id)) == 1
+        saved = plans.get(plan.plan_id)
+        assert saved is not None and saved.label == "Execute/QUEUED"
+        assert saved.version == plan.version + 1
