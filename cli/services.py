@@ -344,9 +344,7 @@ def retry_job(session: Planq, job_id: str) -> tuple[Any, bool]:
 def detect_stuck(session: Planq) -> tuple[list[Any], dict[str, str]]:
     """Run stuck detection now: (expired rows, {expired job id: retry job id})."""
     report = session.runtime.worker.detect_stuck_jobs()
-    store = session.runtime.jobs
-    expired = [j for j in (store.get(i) for i in report.expired) if j is not None]
-    return expired, dict(report.retried)
+    return list(report), dict(report.retried)  # the report holds the rows as it failed them
 
 
 def cleanup_jobs(session: Planq) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from ulid import ULID
 
 from domain.errors import InvalidIdError
@@ -29,3 +31,8 @@ def require_ulid(what: str, value: object) -> str:
         raise InvalidIdError(what, value)
     assert isinstance(value, str)
     return value.upper()
+
+
+def ulid_of_uuid(value: UUID) -> str:
+    """The ULID with a UUID's 128 bits: the spec's Uuid ids name the same id this way."""
+    return str(ULID.from_bytes(value.bytes))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -28,10 +29,26 @@ _PLAN_RETRIES = 5
 
 @dataclass
 class StuckReport:
-    """What one stuck-job sweep did."""
+    """What one stuck-job sweep did: the spec's list of the jobs it failed, and their retries.
 
-    expired: list[str] = field(default_factory=list)
+    Iterating it yields those jobs as the sweep left them (failed); len() counts them and an
+    empty sweep is falsy, so a caller of the spec's `detect_stuck_jobs()` reads it as the
+    list it expects. `expired` (their ids) and `retried` are planq's richer form.
+    """
+
+    failed: list[AsyncJob] = field(default_factory=list)
     retried: dict[str, str] = field(default_factory=dict)  #: old job id -> new job id
+
+    @property
+    def expired(self) -> list[str]:
+        """The ids of the jobs this sweep failed, in the order it failed them."""
+        return [job.job_id for job in self.failed]
+
+    def __iter__(self) -> Iterator[AsyncJob]:
+        return iter(self.failed)
+
+    def __len__(self) -> int:
+        return len(self.failed)
 
 
 class JobLedger:
@@ -69,10 +86,6 @@ class JobLedger:
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while following its job")
 
     # -- transitions --------------------------------------------------------------------
-    def queue(self, jobs: list[AsyncJob]) -> list[Plan] | None:
-        """Insert new jobs, their plans moved into the phase: all or nothing (None)."""
-        return self.jobs.queue(jobs, utcnow())
-
     def claim(self, job_id: str, worker_id: str) -> Claimed | None:
         """Take a queued job for worker_id, and its plan; None if it is not to be run here.
 

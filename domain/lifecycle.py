@@ -1,4 +1,4 @@
-"""The plan lifecycle: queue a phase and its job in one transaction, then hand off."""
+"""The plan lifecycle: queue a phase and its job (one statement on one ledger), then hand off."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
 from domain.ids import require_ulid
 from domain.jobs import AsyncJob
 from domain.plans import Plan, PlanPhase
-from domain.ports import JobStore, PlanStore
+from domain.ports import JobStore, PlanStore, one_ledger
 
 logger = logging.getLogger("planq.lifecycle")
 
@@ -75,9 +75,11 @@ class PlanLifecycleService:
         return self.queue_phase(plan_id, PlanPhase.apply)
 
     def queue_phase(self, plan_id: str, phase: PlanPhase) -> PhaseQueued:
-        """Move the plan to <phase>/QUEUED and insert its job in ONE statement, then enqueue.
+        """Move the plan to <phase>/QUEUED and insert its job, then enqueue.
 
-        Row first, message second: a message never exists without its row.
+        One statement when the stores are one ledger (`domain.ports.one_ledger`); plan
+        then job through each store when they are two. Row first, message second: a message
+        never exists without its row.
         """
         return self.queue_phases([plan_id], phase)[0]
 
@@ -99,9 +101,12 @@ class PlanLifecycleService:
         if not (self.config.enabled and self.jobs is not None):
             return [self._queue_without_job(plan_id, phase) for plan_id in ids]
         jobs = [AsyncJob(plan_id=plan_id, phase=phase) for plan_id in ids]
-        moved = self.jobs.queue(jobs, utcnow())
-        if moved is None:
-            self._raise_refusal(ids, phase)
+        if one_ledger(self.jobs, self.plans):
+            moved = self.jobs.queue(jobs, utcnow())
+            if moved is None:
+                self._raise_refusal(ids, phase)
+        else:
+            moved = self._queue_in_two_stores(self.jobs, jobs)
         by_id = {plan.plan_id: plan for plan in moved or []}
         if self.enqueue is not None:
             try:
@@ -115,6 +120,28 @@ class PlanLifecycleService:
         for plan_id in ids:
             self.get_plan(plan_id).queue_phase(phase)  # PlanNotFound / InvalidPlanTransition
         raise ConcurrentUpdateError(f"a plan changed while its {phase.value} phase was queued")
+
+    def _queue_in_two_stores(self, store: JobStore, jobs: list[AsyncJob]) -> list[Plan]:
+        """Two stores, not one ledger (the spec's composition): plans first, then jobs.
+
+        Each plan moves through the plan store (optimistic version: a concurrent queue of
+        it loses with ConcurrentUpdateError), then each job is added through the job store.
+        The plan store's transaction holds both steps, so a refused plan or a failed insert
+        leaves every plan as it was; only a failure of the plan store's own commit, after
+        the jobs committed, could leave a job without its plan move (two stores, two
+        commits; one ledger has one statement instead).
+        """
+        moved: list[Plan] = []
+        with self.plans.transaction():
+            for job in jobs:
+                plan = self.get_plan(job.plan_id)
+                plan.queue_phase(job.phase)  # InvalidPlanTransitionError, nothing written
+                self.plans.update(plan)
+                moved.append(plan)
+            with store.transaction():
+                for job in jobs:
+                    store.add(job)
+        return moved
 
     def _queue_without_job(self, plan_id: str, phase: PlanPhase) -> PhaseQueued:
         """Jobs disabled (or no job store): the plan moves, and no job is made."""

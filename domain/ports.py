@@ -38,9 +38,31 @@ class Claimed(NamedTuple):
     plan: Plan | None
 
 
+class Ledger(Protocol):
+    """The transaction scope a store writes in (a database, or a memory ledger's lock).
+
+    A job store and a plan store whose `ledger` is the same object are ONE ledger: the job
+    store's queue() moves those plans in the same statement. Stores built apart (the
+    spec's `InMemoryPlanStore()` beside a job store) are two, and are composed through
+    their own operations instead (domain/lifecycle.py).
+    """
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Group the calls of every store on this ledger into one atomic unit."""
+
+
+def one_ledger(jobs: JobStore, plans: PlanStore) -> bool:
+    """Whether jobs and plans are one ledger (the job store moves these plans itself)."""
+    return jobs.ledger is plans.ledger
+
+
 @runtime_checkable
 class JobStore(Protocol):
     """The job ledger. On SQL every worker operation is one statement."""
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger this store writes in; see `one_ledger`."""
 
     def transaction(self) -> AbstractContextManager[None]:
         """Group the calls inside into one atomic unit (shared with the plan store)."""
@@ -153,6 +175,10 @@ class JobStore(Protocol):
 @runtime_checkable
 class PlanStore(Protocol):
     """Plans, updated with optimistic concurrency."""
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger this store writes in; see `one_ledger`."""
 
     def transaction(self) -> AbstractContextManager[None]:
         """Group the calls inside into one atomic unit (shared with the job store)."""

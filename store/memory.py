@@ -11,7 +11,7 @@ from typing import Any
 from domain.errors import ConcurrentUpdateError, DuplicateJobError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan
-from domain.ports import CancelOutcome, Claimed
+from domain.ports import CancelOutcome, Claimed, Ledger
 from domain.transitions import (
     CLAIM,
     PLAN_STATUS_FOR_JOB,
@@ -73,6 +73,11 @@ class InMemoryJobStore:
         self._shared = shared or _Shared()
         self._rows: dict[str, AsyncJob] = {}
         self._shared.tables.append(self._rows)
+
+    @property
+    def ledger(self) -> Ledger:
+        """The lock and tables this store shares (one ledger with in_memory_ledger's pair)."""
+        return self._shared
 
     def transaction(self) -> Any:
         """Hold the shared lock; on an exception the rows are restored."""
@@ -417,6 +422,11 @@ class InMemoryPlanStore:
         self._rows: dict[str, Plan] = {}
         self._shared.tables.append(self._rows)
         self._shared.plans = self._rows
+
+    @property
+    def ledger(self) -> Ledger:
+        """The lock and tables this store shares (one ledger with in_memory_ledger's pair)."""
+        return self._shared
 
     def transaction(self) -> Any:
         """Hold the shared lock; on an exception the rows are restored."""

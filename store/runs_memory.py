@@ -326,9 +326,9 @@ class InMemoryRunStoreProvider:
             runs = self._tables.runs.values()
             return sum(1 for r in runs if job_name is None or r.job_name == job_name)
 
-    def get_run_by_id(self, run_id: str) -> RunSummary | None:
+    def get_run_by_id(self, run_id: str | UUID) -> RunSummary | None:
         """One run, or None."""
-        check_run_id(run_id)
+        run_id = check_run_id(run_id)
         with self._tables.lock:
             row = self._tables.runs.get(run_id)
             return row.summary() if row is not None else None
@@ -343,9 +343,9 @@ class InMemoryRunStoreProvider:
                     return row.id
         return None
 
-    def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
+    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
         """One page of a run's findings, in the order recorded."""
-        check_run_id(run_id)
+        run_id = check_run_id(run_id)
         check_limit(limit, offset)
         with self._tables.lock:
             found = sorted(
@@ -354,9 +354,9 @@ class InMemoryRunStoreProvider:
         page = found[offset:][:limit]
         return [dataclasses.replace(f, detail=detail_from_json(js)) for f, js in page]
 
-    def finding_severity_counts(self, run_id: str) -> dict[str, int]:
+    def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
         """Findings per severity present, worst first."""
-        check_run_id(run_id)
+        run_id = check_run_id(run_id)
         counts: dict[str, int] = {}
         with self._tables.lock:
             for finding, _ in self._tables.findings.get(run_id, []):

@@ -458,9 +458,9 @@ class SqlRunStoreProvider:
         with self.db.session() as s:
             return int(s.scalar(stmt) or 0)
 
-    def get_run_by_id(self, run_id: str) -> RunSummary | None:
+    def get_run_by_id(self, run_id: str | UUID) -> RunSummary | None:
         """GET: one run by id."""
-        check_run_id(run_id)
+        run_id = check_run_id(run_id)
         with self.db.session() as s:
             row = s.get(R, run_id)
             return to_summary(row) if row is not None else None
@@ -476,9 +476,9 @@ class SqlRunStoreProvider:
         with self.db.session() as s:
             return s.scalars(stmt).first()
 
-    def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
+    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
         """FINDINGS: one page, in the order recorded."""
-        check_run_id(run_id)
+        run_id = check_run_id(run_id)
         check_limit(limit, offset)
         stmt = (
             select(F)
@@ -490,9 +490,9 @@ class SqlRunStoreProvider:
         with self.db.session() as s:
             return [to_finding(row) for row in s.scalars(stmt)]
 
-    def finding_severity_counts(self, run_id: str) -> dict[str, int]:
+    def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
         """COUNTS: SELECT severity, count(*) … GROUP BY severity (the severities present)."""
-        check_run_id(run_id)
+        run_id = check_run_id(run_id)
         stmt = select(F.severity, func.count()).where(F.run_id == run_id).group_by(F.severity)
         with self.db.session() as s:
             counts = {str(severity): int(count) for severity, count in s.execute(stmt)}

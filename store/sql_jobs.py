@@ -13,7 +13,7 @@ from domain.clock import as_utc
 from domain.errors import DuplicateJobError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan
-from domain.ports import CancelOutcome, Claimed, iter_batches
+from domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
 from domain.transitions import job_move
 from store.database import Database
 from store.models import AsyncJobModel
@@ -78,6 +78,11 @@ class SqlJobStore:
 
     def __init__(self, database: Database) -> None:
         self.db = database
+
+    @property
+    def ledger(self) -> Ledger:
+        """The database: stores on the same Database object are one ledger."""
+        return self.db
 
     def transaction(self) -> Any:
         """The database's ambient transaction (shared with SqlPlanStore)."""

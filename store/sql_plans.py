@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from domain.errors import ConcurrentUpdateError
 from domain.plans import Plan
+from domain.ports import Ledger
 from store.database import Database
 from store.models import PlanModel
 from store.validation import check_id, check_list_limit, check_page, check_plan
@@ -35,6 +36,11 @@ class SqlPlanStore:
 
     def __init__(self, database: Database) -> None:
         self.db = database
+
+    @property
+    def ledger(self) -> Ledger:
+        """The database: stores on the same Database object are one ledger."""
+        return self.db
 
     def transaction(self) -> Any:
         """The database's ambient transaction."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -62,9 +63,15 @@ def default_node_name() -> str:
     return f"planq@{socket.gethostname()}"
 
 
-def default_worker_id() -> str:
-    """<node>/<pid> of this process: who holds a job (its claims are fenced by it)."""
-    return worker_id_for(os.getpid())
+def standalone_worker_id() -> str:
+    """The spec's `worker-…` id of an AsyncWorker built without one (no Celery node).
+
+    `worker-<host>-<pid>-<8 hex>`: unique per engine, not only per process, since claims,
+    heartbeats and finishes are fenced by it and two standalone engines may share a process.
+    Runtime-built (Celery) workers are given `<node>/<pid>` instead (`worker_id_for`).
+    """
+    suffix = f"-{os.getpid()}-{secrets.token_hex(4)}"
+    return f"worker-{socket.gethostname()[: WORKER_ID_MAX - len(suffix) - 7]}{suffix}"
 
 
 def worker_id_for(pid: int, node: str | None = None) -> str:
@@ -82,7 +89,9 @@ class AsyncWorker:
     """Claims, runs and finishes jobs, and keeps the counters (the spec's AsyncWorker).
 
     It runs jobs; it does not know Celery. Publishing a retry and broadcasting a cancel
-    are injected (`publish`, `broadcast_cancel`); its own start() polls its store.
+    are injected (`publish`, `broadcast_cancel`); its own start() polls its store. Without
+    a `worker_id` it claims as the spec's `worker-…` (`standalone_worker_id`); the Celery
+    runtime passes `<node>/<pid>`.
     """
 
     def __init__(
@@ -109,7 +118,7 @@ class AsyncWorker:
         )
         self.publish = publish
         self.broadcast_cancel = broadcast_cancel
-        self.worker_id = worker_id or default_worker_id()
+        self.worker_id = worker_id or standalone_worker_id()
         self.health = WorkerHealthReport(self.worker_id)
         self.tracker = JobTracker(
             lambda ids: self.ledger.heartbeat(ids, self.worker_id), config.heartbeat_interval
@@ -288,8 +297,9 @@ class AsyncWorker:
         expired = self.ledger.expire_stuck(self.config.job_timeout)
         metrics.stuck_detected(len(expired))
         for job in expired:
-            report.expired.append(job.job_id)
             stored = self.job_store.get(job.job_id)
+            # the row as the sweep left it (failed); the listed copy if it is already gone
+            report.failed.append(stored if stored is not None else job)
             if stored is not None:
                 new = self._maybe_retry(stored)
                 if new is not None:

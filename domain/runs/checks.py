@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
 from domain.bounds import (
     ID_LENGTH,
@@ -29,6 +31,7 @@ from domain.bounds import (
     describe,
 )
 from domain.errors import BoundsError, WrongTypeError
+from domain.ids import ulid_of_uuid
 from domain.jobs import redact_error
 from domain.runs.progress import ProgressKind
 
@@ -37,6 +40,8 @@ SWEEP_ERROR = "worker restart mid-run"
 #: Error of a run paused by the spec's sweep of every active run (no owner, no stale_after).
 SERVER_RESTART_ERROR = "server restart mid-run"
 MIN_RETENTION_DAYS = 1.0
+#: A UUID's canonical text (`str(uuid.UUID(...))`, either case): the spec's run ids.
+_UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 __all__ = [
     "MAX_JOB_NAME_LENGTH",
@@ -78,7 +83,16 @@ def check_owner(owner: object) -> str | None:
 
 
 def check_run_id(run_id: object) -> str:
-    """A run id argument: a non-empty string that fits the String(26) id column, no NUL."""
+    """A run id argument, as the stores look it up: a ULID string, or the spec's Uuid.
+
+    A string is a non-empty one that fits the String(26) id column, no NUL. A `uuid.UUID`,
+    or its canonical text, is the same 128 bits as a ULID and becomes that ULID's string:
+    the run whose ULID has those bytes is found, an unknown UUID finds nothing.
+    """
+    if isinstance(run_id, UUID):
+        return ulid_of_uuid(run_id)
+    if isinstance(run_id, str) and _UUID_TEXT.fullmatch(run_id):
+        return ulid_of_uuid(UUID(run_id))
     return check_text("run_id", run_id, ID_LENGTH)
 
 

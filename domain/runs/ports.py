@@ -156,16 +156,16 @@ class RunStoreProvider(Protocol):
     def count_runs(self, job_name: str | None = None) -> int:
         """How many runs (of one job name): planq's addition, for "showing N of M"."""
 
-    def get_run_by_id(self, run_id: str) -> RunSummary | None:
-        """One run, or None."""
+    def get_run_by_id(self, run_id: str | UUID) -> RunSummary | None:
+        """One run, or None (unknown or purged). A UUID names the ULID with its 128 bits."""
 
     def request_cancel(self, job_name: str) -> str | None:
         """Running -> CancelRequested; the run id, or None when nothing was running."""
 
-    def list_findings(self, run_id: str, limit: int = 100, offset: int = 0) -> list[Finding]:
+    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
         """A run's findings in the order recorded, one page."""
 
-    def finding_severity_counts(self, run_id: str) -> dict[str, int]:
+    def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
         """How many findings of each severity present, worst first (no zero entries)."""
 
     def purge_terminal_runs(self, retention_days: float) -> int:

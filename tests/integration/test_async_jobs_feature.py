@@ -10,6 +10,8 @@ scenario has a test.
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -20,7 +22,12 @@ from sqlalchemy.orm import Session
 from domain.cancellation import CancellationToken
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
-from domain.errors import InvalidJobTransitionError
+from domain.errors import (
+    ConcurrentUpdateError,
+    InvalidJobTransitionError,
+    InvalidPlanTransitionError,
+    PlanNotFoundError,
+)
 from domain.health import WorkerHealthReport
 from domain.ids import new_id
 from domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
@@ -29,6 +36,7 @@ from domain.payload import deserialize_job_payload, serialize_job_payload
 from domain.plans import Plan, PlanPhase, PlanStatus
 from domain.ports import JobStore, PlanStore
 from store.database import Database
+from store.memory import InMemoryJobStore, InMemoryPlanStore
 from store.models import AsyncJobModel
 from tests.feature_support import PLAN_ID, create_job, create_running_job, stored
 
@@ -781,3 +789,127 @@ def test_execute_plan_does_not_enqueue_when_no_job_store_is_configured(
     # Then the plan should be in Execute/QUEUED state
     assert_plan_state(plans, plan, PlanPhase.execute, PlanStatus.queued)
     assert queued.job is None and jobs.count() == 0  # no job anywhere (same database)
+
+
+# The same two scenarios composed as the spec composes them: the lifecycle's plan store and
+# its job store are two independent stores (not one ledger), `PlanLifecycleService(
+# InMemoryPlanStore(), jobs=<a job store>)`, with the job store on each backend.
+
+
+@pytest.mark.spec("async_jobs: execute_plan enqueues async job when async is enabled")
+def test_execute_plan_enqueues_async_job_with_two_independent_stores(jobs: JobStore) -> None:
+    # Given a plan lifecycle service with async enabled and a job store
+    plans = InMemoryPlanStore()
+    service = PlanLifecycleService(plans, jobs=jobs)
+    assert service.config.enabled
+    # And a plan in Strategize/COMPLETE state exists
+    plan = plan_in(plans, PlanPhase.strategize, PlanStatus.complete)
+    # When I execute the plan via the lifecycle service
+    queued = service.execute_plan(plan.plan_id)
+    # Then the plan should be in Execute/QUEUED state
+    assert_plan_state(plans, plan, PlanPhase.execute, PlanStatus.queued)
+    # And the job store should contain 1 async job for phase "execute"
+    in_store = jobs_for(jobs, "execute")
+    assert len(in_store) == 1 and jobs.count() == 1
+    # And the enqueued job plan_id should match the plan
+    assert in_store[0].plan_id == plan.plan_id
+    assert queued.job is not None and queued.job.job_id == in_store[0].job_id
+    assert queued.plan == plans.get(plan.plan_id)  # the plan as saved (version bumped once)
+    assert queued.plan.version == plan.version + 1
+
+
+@pytest.mark.spec("async_jobs: apply_plan enqueues async job when async is enabled")
+def test_apply_plan_enqueues_async_job_with_two_independent_stores(jobs: JobStore) -> None:
+    # Given a plan lifecycle service with async enabled and a job store
+    plans = InMemoryPlanStore()
+    service = PlanLifecycleService(plans, jobs=jobs)
+    # And a plan in Execute/COMPLETE state exists
+    plan = plan_in(plans, PlanPhase.execute, PlanStatus.complete)
+    # When I apply the plan via the lifecycle service
+    queued = service.apply_plan(plan.plan_id)
+    # Then the plan should be in Apply/QUEUED state
+    assert_plan_state(plans, plan, PlanPhase.apply, PlanStatus.queued)
+    # And the job store should contain 1 async job for phase "apply"
+    in_store = jobs_for(jobs, "apply")
+    assert len(in_store) == 1 and jobs.count() == 1
+    # And the enqueued job plan_id should match the plan
+    assert in_store[0].plan_id == plan.plan_id
+    assert queued.job is not None and in_store[0].status == "queued"
+
+
+def test_a_refused_phase_with_two_stores_writes_nothing(jobs: JobStore) -> None:
+    plans = InMemoryPlanStore()
+    service = PlanLifecycleService(plans, jobs=jobs)
+    plan = plan_in(plans, PlanPhase.strategize, PlanStatus.running)
+    with pytest.raises(InvalidPlanTransitionError):
+        service.execute_plan(plan.plan_id)
+    with pytest.raises(PlanNotFoundError):
+        service.execute_plan(new_id())
+    assert_plan_state(plans, plan, PlanPhase.strategize, PlanStatus.running)
+    assert jobs.count() == 0
+
+
+def test_the_stores_say_whether_they_are_one_ledger(
+    stores: tuple[JobStore, PlanStore],
+) -> None:
+    jobs, plans = stores
+    assert jobs.ledger is plans.ledger  # one ledger: the queue is one statement
+    assert InMemoryPlanStore().ledger is not jobs.ledger
+
+
+@pytest.mark.spec("async_jobs: execute_plan enqueues async job when async is enabled")
+def test_execute_plan_with_the_backend_plan_store_and_a_separate_job_store(
+    plans: PlanStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a plan lifecycle service with async enabled and a job store (its own store)
+    jobs = InMemoryJobStore()
+    service = PlanLifecycleService(plans, jobs=jobs)
+    # And a plan in Strategize/COMPLETE state exists
+    plan = plan_in(plans, PlanPhase.strategize, PlanStatus.complete)
+    # When I execute the plan via the lifecycle service
+    service.execute_plan(plan.plan_id)
+    # Then the plan should be in Execute/QUEUED state
+    assert_plan_state(plans, plan, PlanPhase.execute, PlanStatus.queued)
+    # And the job store should contain 1 async job for phase "execute"
+    in_store = jobs_for(jobs, "execute")
+    assert len(in_store) == 1 and jobs.count() == 1
+    # And the enqueued job plan_id should match the plan
+    assert in_store[0].plan_id == plan.plan_id
+
+    # planq: a job insert that fails rolls the plan's move back (the plan store's transaction)
+    other = plan_in(plans, PlanPhase.strategize, PlanStatus.complete)
+
+    def disk_full(job: AsyncJob) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(jobs, "add", disk_full)
+    with pytest.raises(RuntimeError, match="disk full"):
+        service.execute_plan(other.plan_id)
+    assert_plan_state(plans, other, PlanPhase.strategize, PlanStatus.complete)
+    saved = plans.get(other.plan_id)
+    assert saved is not None and saved.version == other.version
+    assert jobs.count() == 1
+
+
+def test_two_stores_concurrent_queues_of_one_plan_add_one_job(plans: PlanStore) -> None:
+    jobs = InMemoryJobStore()  # a job store of its own: the plan's version decides
+    service = PlanLifecycleService(plans, jobs=jobs)
+    for _ in range(5):
+        plan = plan_in(plans, PlanPhase.strategize, PlanStatus.complete)
+        start = threading.Barrier(2)
+
+        def queue(plan_id: str = plan.plan_id, start: threading.Barrier = start) -> str:
+            start.wait()
+            try:
+                service.execute_plan(plan_id)
+            except (ConcurrentUpdateError, InvalidPlanTransitionError) as exc:
+                return type(exc).__name__
+            return "queued"
+
+        with ThreadPoolExecutor(2) as pool:
+            outcomes = sorted(pool.map(lambda _: queue(), range(2)))
+        assert outcomes.count("queued") == 1, outcomes
+        assert len(jobs.list_by_plan(plan.plan_id)) == 1
+        saved = plans.get(plan.plan_id)
+        assert saved is not None and saved.label == "Execute/QUEUED"
+        assert saved.version == plan.version + 1

@@ -9,8 +9,6 @@ what a stop writes), the comment says so and docs/architecture.md lists it.
 
 from __future__ import annotations
 
-import os
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -127,6 +125,24 @@ def test_detect_and_fail_stuck_jobs_with_expired_heartbeat(jobs: JobStore) -> No
     assert row.error_message is not None and "heartbeat" in row.error_message
 
 
+@pytest.mark.spec("async_jobs: Detect and fail stuck jobs with expired heartbeat")
+def test_detect_stuck_jobs_returns_the_failed_jobs_in_the_spec_form(jobs: JobStore) -> None:
+    # Given an async worker is initialised with job_timeout 1
+    worker = spec_worker(jobs, job_timeout=1)
+    # And a running async job with expired heartbeat exists
+    job = running_with_expired_heartbeat(jobs)
+    # When the worker detects stuck jobs
+    stuck = worker.detect_stuck_jobs()
+    # Then the stuck job should be marked as "failed": the spec's caller iterates the
+    # jobs the sweep failed, each as the ledger now keeps it
+    assert stuck and len(stuck) == 1
+    for failed in stuck:
+        assert failed.job_id == job.job_id
+        assert failed.status == "failed"
+        assert failed == stored(jobs, job)
+    assert stuck.expired == [job.job_id] and stuck.retried == {}  # planq's richer form
+
+
 # ---- Job TTL and Cleanup ----
 
 
@@ -226,15 +242,18 @@ def test_async_worker_worker_id_property_returns_value(jobs: JobStore) -> None:
     # Given an async worker is initialised with max_workers 2
     worker = spec_worker(jobs, max_workers=2)
     # Then the worker should have a worker_id starting with "worker-"
-    # planq differs on purpose: the default id is <node>/<pid> (the Celery node name Flower
-    # shows, planq@<host> without Celery), since claims are fenced per process. The spec's
-    # name is one argument away and is what every claim then carries:
-    assert worker.worker_id == f"planq@{socket.gethostname()}/{os.getpid()}"
-    named = AsyncWorker(AsyncWorkerConfig(max_workers=2), jobs, "noop", worker_id="worker-001")
-    assert named.worker_id.startswith("worker-")
+    assert worker.worker_id.startswith("worker-")
+    # planq: unique per standalone worker (claims are fenced by it), and every claim,
+    # health report and heartbeat carries it; an explicit worker_id still wins.
+    assert spec_worker(jobs, max_workers=2).worker_id != worker.worker_id
+    assert worker.health_report()["worker_id"] == worker.worker_id
     job = create_job(jobs)
-    named.pickup_and_execute(job)
-    assert stored(jobs, job).worker_id == "worker-001"
+    worker.pickup_and_execute(job)
+    assert stored(jobs, job).worker_id == worker.worker_id
+    named = AsyncWorker(AsyncWorkerConfig(max_workers=2), jobs, "noop", worker_id="worker-001")
+    other = create_job(jobs)
+    named.pickup_and_execute(other)
+    assert stored(jobs, other).worker_id == "worker-001"
 
 
 @pytest.mark.spec("async_jobs: AsyncWorker config property returns config")
@@ -538,7 +557,8 @@ def test_detect_stuck_jobs_tolerates_already_terminal_jobs(jobs: JobStore) -> No
     # When the worker detects stuck jobs
     report = worker.detect_stuck_jobs()
     # Then no additional stuck jobs should be reported
-    assert report.expired == []
+    assert not report and len(report) == 0 and list(report) == []  # the spec's empty list
+    assert report.expired == [] and report.retried == {}
     assert stored(jobs, job).status == "cancelled"
 
 

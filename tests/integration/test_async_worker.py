@@ -41,7 +41,9 @@ def worker(
 
 def test_identity_and_health_report(jobs: JobStore, plans: PlanStore) -> None:
     engine = worker(jobs, plans)
-    assert engine.worker_id == f"planq@{socket.gethostname()}/{os.getpid()}"  # no Celery node
+    # no Celery node: the spec's standalone form, unique per engine
+    assert engine.worker_id.startswith(f"worker-{socket.gethostname()}-{os.getpid()}-")
+    assert len(engine.worker_id) == len(f"worker-{socket.gethostname()}-{os.getpid()}-") + 8
     report = engine.health_report()
     assert report["worker_id"] == engine.worker_id
     assert report["jobs_processed"] == report["jobs_failed"] == report["jobs_cancelled"] == 0

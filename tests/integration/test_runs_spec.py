@@ -14,10 +14,12 @@ comment says so (and docs/architecture.md lists it):
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from ulid import ULID
 
 from domain.runs import (
     Completed,
@@ -103,6 +105,27 @@ def test_fresh_run_completes_and_marks_status_completed(provider: RunStoreProvid
     assert extra["completed"] is True
     assert isinstance(extra["run_id"], str)
     assert last_status(provider) is RunStatus.Completed
+
+
+@pytest.mark.spec("recoverable_runs: fresh_run_completes_and_marks_status_completed")
+def test_runs_are_looked_up_by_the_spec_uuid_ids(provider: RunStoreProvider) -> None:
+    outcome = run_or_resume(CompletingHandler(), provider, {})
+    assert outcome.ok and outcome.extra["completed"] is True
+    # The spec's ids are Uuids (`get_run_by_id(run_id: Uuid)`, as fetch_outcome_stats calls
+    # it): planq's ULID is the same 128 bits, so the run's Uuid finds it.
+    run_id = uuid.UUID(bytes=ULID.from_str(outcome.extra["run_id"]).bytes)
+    for spelled in (run_id, str(run_id)):
+        summary = provider.get_run_by_id(spelled)
+        assert summary is not None
+        assert summary.id == outcome.extra["run_id"] and summary.status is RunStatus.Completed
+        assert summary.stats["scanned_count"] == 5
+        assert provider.list_findings(spelled, 10, 0) == []
+        assert sum(provider.finding_severity_counts(spelled).values()) == 0
+    # "Returns `None` when the id doesn't exist (unknown or pruned)."
+    unknown = uuid.uuid4()
+    assert provider.get_run_by_id(unknown) is None
+    assert provider.get_run_by_id(str(unknown)) is None
+    assert provider.list_findings(unknown, 10, 0) == []
 
 
 @pytest.mark.spec("recoverable_runs: paused_run_persists_cursor_and_marks_status_paused")

@@ -1,5 +1,8 @@
 """One worker identity: a job row's worker_id is `<Celery node name>/<pid>` (issue 13).
 
+A standalone `AsyncWorker` (no Celery, no runtime) claims as the spec's `worker-…` until
+a node names it; everything the runtime builds is `<node>/<pid>`.
+
 The process-level proofs (a prefork child's and a threads node's claims) are in
 tests/acceptance/test_job_fencing_processes.py; here the form itself, its bound, and the
 in-process (embedded) Celery worker.
@@ -33,9 +36,11 @@ def test_the_form_is_node_slash_pid_and_fits_the_column() -> None:
 def test_a_worker_is_renamed_only_while_it_runs_no_job() -> None:
     jobs, plans = in_memory_ledger()
     engine = AsyncWorker(AsyncWorkerConfig(), jobs, "noop", plans)
+    standalone = engine.worker_id
+    assert standalone.startswith("worker-")  # no node yet: the spec's standalone form
     engine.tracker.track("01J0000000000000000000000A")
     assert engine.rename("celery@vm/1") is False  # its claim is fenced by the old id
-    assert engine.worker_id == f"planq@{socket.gethostname()}/{os.getpid()}"
+    assert engine.worker_id == standalone
     engine.tracker.untrack("01J0000000000000000000000A")
     assert engine.rename("celery@vm/1") is True
     assert engine.health_report()["worker_id"] == "celery@vm/1"

@@ -461,3 +461,42 @@ def test_ledger_without_a_plan_store_still_moves_jobs() -> None:
     row = job_store.get(job.job_id)
     assert row is not None
     assert row.status is AsyncJobStatus.succeeded
+
+
+# -- the spec's composition: two independent stores, not one ledger -----------------------------
+
+
+def test_two_independent_memory_stores_queue_plan_then_job() -> None:
+    plans, jobs = InMemoryPlanStore(), InMemoryJobStore()
+    assert plans.ledger is not jobs.ledger
+    enqueued: list[AsyncJob] = []
+    service = PlanLifecycleService(plans, jobs=jobs, enqueue=enqueued.extend)
+    first = Plan(phase=PlanPhase.strategize, status=PlanStatus.complete)
+    second = Plan(phase=PlanPhase.strategize, status=PlanStatus.complete)
+    plans.add(first)
+    plans.add(second)
+    results = service.queue_phases([first.plan_id, second.plan_id], PlanPhase.execute)
+    assert [r.plan.label for r in results] == ["Execute/QUEUED"] * 2
+    assert [r.plan.version for r in results] == [first.version + 1, second.version + 1]
+    assert sorted(j.plan_id for j in jobs.list_all()) == sorted([first.plan_id, second.plan_id])
+    assert [j.job_id for j in enqueued] == [r.job.job_id for r in results if r.job]
+    with pytest.raises(InvalidPlanTransitionError):  # queued already: refused, nothing added
+        service.execute_plan(first.plan_id)
+    assert jobs.count() == 2 and len(enqueued) == 2
+
+
+def test_two_stores_refuse_a_batch_with_one_bad_plan_and_write_nothing() -> None:
+    plans, jobs = InMemoryPlanStore(), InMemoryJobStore()
+    service = PlanLifecycleService(plans, jobs=jobs)
+    ready = Plan(phase=PlanPhase.strategize, status=PlanStatus.complete)
+    busy = Plan(phase=PlanPhase.strategize, status=PlanStatus.running)
+    plans.add(ready)
+    plans.add(busy)
+    with pytest.raises(InvalidPlanTransitionError):
+        service.queue_phases([ready.plan_id, busy.plan_id], PlanPhase.execute)
+    stored = plans.get(ready.plan_id)
+    assert stored is not None and (stored.label, stored.version) == (
+        "Strategize/COMPLETE",
+        ready.version,
+    )
+    assert jobs.count() == 0
