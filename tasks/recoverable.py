@@ -38,6 +38,7 @@ from celery.exceptions import Ignore
 from celery.signals import worker_init, worker_shutting_down
 
 from domain.outage import ride_out_outage
+from domain.redaction import BUILTIN, Redactor
 from domain.runs import (
     RecoverableJobHandler,
     RunHeartbeat,
@@ -122,7 +123,7 @@ def run_heartbeat(app: Celery) -> RunHeartbeat:
             return runtime_for(current).runs.heartbeat_runs(leases)
 
         stale_after = _stale_after.get(app, DEFAULT_STALE_AFTER)
-        heartbeat = RunHeartbeat(beat, interval_for(stale_after))
+        heartbeat = RunHeartbeat(beat, interval_for(stale_after), runtime_for(app).redactor)
         _heartbeats[app] = (pid, heartbeat)
         return heartbeat
 
@@ -190,8 +191,14 @@ def register_recoverable_job(
         if args is not None and not isinstance(args, dict):
             raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
         owner = owner_for(app, self.request)
+        runtime = runtime_for(app)
         outcome = run_or_resume(
-            handler, runtime_for(app).runs, args, owner=owner, heartbeat=run_heartbeat(app)
+            handler,
+            runtime.runs,
+            args,
+            owner=owner,
+            heartbeat=run_heartbeat(app),
+            redactor=runtime.redactor,
         )
         if outcome.skipped is None and outcome.status is not None:
             metrics.run_stopped(handler.name, outcome.status.as_str())
@@ -345,7 +352,11 @@ def register_stale_run_sweep(app: Celery, stale_after: float) -> Any:
 
 
 def install_recoverable_runs(
-    app: Celery, *, stale_after: float, ledger_consistency_interval: float | None = None
+    app: Celery,
+    *,
+    stale_after: float,
+    ledger_consistency_interval: float | None = None,
+    redactor: Redactor = BUILTIN,
 ) -> dict[str, Any]:
     """Everything recoverable runs need on app: the signals and planq's own handler."""
     connect_recovery_signals(app, stale_after)
@@ -353,5 +364,6 @@ def install_recoverable_runs(
     handler = LedgerConsistencyHandler(
         database=lambda: runtime_for(app).db,
         job_timeout=lambda: runtime_for(app).config.worker.job_timeout,
+        redactor=redactor,
     )
     return {LEDGER_CONSISTENCY: register_recoverable_job(app, handler, ledger_consistency_interval)}

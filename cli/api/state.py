@@ -31,12 +31,9 @@ class ApiState:
         return self.session
 
     def redact(self, text: str) -> str:
-        """Redact text as the ledger does (default patterns plus PLANQ_REDACTION_PATTERNS)."""
-        from domain.redaction import redact_secrets
-
-        text = redact_secrets(text)
-        runtime = self.session.__dict__.get("runtime")
-        return runtime.redactor(text) if runtime is not None else text
+        """Redact text as the ledger does: the session's one redactor (built-in + settings)."""
+        redactor: Any = self.session.redactor
+        return str(redactor(text))
 
 
 def api_state(request: Request) -> ApiState:
