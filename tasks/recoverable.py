@@ -33,9 +33,10 @@ from collections.abc import Mapping
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from celery import Celery
+from celery import Celery, Task
 from celery.exceptions import Ignore
 from celery.signals import worker_init, worker_shutting_down
+from celery.utils.saferepr import saferepr
 
 from domain.outage import ride_out_outage
 from domain.redaction import BUILTIN, Redactor
@@ -78,6 +79,22 @@ class RunFailed(Exception):
     that lost its run to another owner is IGNORED. The task is acked on receipt, so
     raising never redelivers.
     """
+
+
+class TriggerTask(Task):  # type: ignore[misc]
+    """A recoverable job's task: its args reach Flower (task-received) redacted.
+
+    A trigger's args are an operator's input (`{"batch_size": …}`) and travel in the
+    message's argsrepr/kwargsrepr, which Flower shows: they pass through the app's one
+    redactor (the runtime config's) before the message leaves.
+    """
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Publish with redacted argsrepr/kwargsrepr (unless the caller gave its own)."""
+        redactor: Redactor = self.app.planq.config.redactor
+        options.setdefault("argsrepr", redactor(saferepr(tuple(args or ()))))
+        options.setdefault("kwargsrepr", redactor(saferepr(dict(kwargs or {}))))
+        return super().apply_async(args, kwargs, **options)
 
 
 def task_name(job_name: str) -> str:
@@ -212,6 +229,7 @@ def register_recoverable_job(
 
     task = app.task(
         name=task_name(name),
+        base=TriggerTask,
         bind=True,
         shared=False,  # Celery shares decorated tasks across apps by default
         ignore_result=True,
