@@ -11,6 +11,7 @@ in tests/acceptance/test_custom_redaction.py.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -169,7 +170,10 @@ def test_the_cli_shows_only_redacted_text(cli_env: None, written: dict[str, str]
 
 
 def test_the_admin_api_and_dashboard_show_only_redacted_text(
-    ledger_url: str, written: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    ledger_url: str,
+    written: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import cli.context
 
@@ -208,5 +212,10 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
             no_token(f"GET {path}", response.text)
         job = api.get(f"/api/ledger/jobs/{written['job']}").json()
         assert REDACTED in json.dumps(job)
+        # The API process's log handlers redact with the same patterns (message and args).
+        caplog.clear()
+        logging.getLogger("planq.api").warning("upstream said %s", CUSTOM_TOKEN)
+        assert f"upstream said {REDACTED}" in caplog.text
+        no_token("the API process's log", caplog.text)
     finally:
         api.close()
