@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from domain.errors import LedgerRejectedError, LedgerUnavailableError
@@ -147,7 +147,13 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """The ambient session, or a new one committed on exit (rolled back on error)."""
+        """The ambient session, or a new one committed on exit (rolled back on error).
+
+        A transient failure is LedgerUnavailableError; a row or value the schema refuses
+        (IntegrityError, DataError) not caught by the store inside is LedgerRejectedError
+        (the constraint, never the SQL). Anything else (a schema that is not migrated)
+        stays SQLAlchemy's, for the CLI to explain.
+        """
         ambient = self._current.get()
         if ambient is not None:
             yield ambient
@@ -162,6 +168,8 @@ class Database:
         except DBAPIError as exc:
             if is_transient(exc):
                 raise as_outage(exc) from exc
+            if isinstance(exc, IntegrityError | DataError):
+                raise as_rejection(exc, "write") from None
             raise
 
     @contextmanager

@@ -187,15 +187,18 @@ class SqlJobStore:
             with self.db.connection("queue") as conn:
                 return pg_queue(conn, jobs, now) or None
         try:
-            with self.db.transaction(), self.db.connection() as conn:
-                moved = pg_queue(conn, jobs, now) if self._pg else sqlite_queue(conn, jobs, now)
+            with self.db.transaction():
+                try:
+                    with self.db.connection("queue") as conn:
+                        run = pg_queue if self._pg else sqlite_queue
+                        moved = run(conn, jobs, now)
+                except IntegrityError as exc:  # inside: the transaction would say "rejected"
+                    raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200]) from exc
                 if moved is None or len(moved) != len(jobs):
                     raise _Refused
                 return moved
         except _Refused:
             return None
-        except IntegrityError as exc:
-            raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200]) from exc
 
     def claim(
         self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False

@@ -23,6 +23,7 @@ from celery import Celery
 from typer.testing import CliRunner
 
 from cli.main import app as cli_app
+from domain.errors import LedgerRejectedError
 from domain.jobs import AsyncJobStatus
 from domain.plans import Plan, PlanPhase
 from domain.redaction import REDACTED
@@ -219,3 +220,26 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
         no_token("the API process's log", caplog.text)
     finally:
         api.close()
+
+
+def test_a_row_the_schema_refuses_is_a_typed_error_naming_the_constraint_not_the_sql(
+    ledger_url: str,
+) -> None:
+    app = make_app("memory://", ledger_url)  # migrates a SQLite file on first use
+    try:
+        runtime = runtime_for(app)
+        plan = Plan.with_steps(["one"], name="refused")
+        runtime.plans.add(plan)
+        queued = runtime.lifecycle.queue_phase(plan.plan_id, PlanPhase.strategize)
+        assert queued.job is not None
+        # A terminal row without finished_at passes the domain's field checks; the schema's
+        # CHECK refuses it.
+        broken = queued.job.model_copy(update={"status": AsyncJobStatus.succeeded})
+        with pytest.raises(LedgerRejectedError) as raised:
+            runtime.jobs.update(broken)
+        assert str(raised.value) == "ledger rejected the write: ck_async_jobs_terminal_finished"
+        assert raised.value.__cause__ is None and not raised.value.retryable
+        stored = runtime.jobs.get(queued.job.job_id)
+        assert stored is not None and stored.status is AsyncJobStatus.queued  # nothing written
+    finally:
+        reset_runtime(app)
