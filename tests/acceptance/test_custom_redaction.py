@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,15 +28,25 @@ from store import Database
 from tasks.runtime import Runtime, reset_runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.acceptance.flower_support import FlowerServer, StartFlower
-from tests.celery_support import WorkerProcess, make_app, wait_for_status
+from tests.celery_support import (
+    CeleryProcess,
+    WorkerProcess,
+    make_app,
+    wait_for_status,
+    worker_env,
+)
 from tests.executors_for_tests import CHAINED_TOKEN, CUSTOM_TOKEN, LOGGED_TOKEN
 from tests.support import wait_for
+from worker_config.celery_config import ALL_QUEUES
 
 pytestmark = pytest.mark.processes
 
 PATTERNS = '["tok_[A-Za-z0-9]+"]'
 TOKENS = (CUSTOM_TOKEN, CHAINED_TOKEN, LOGGED_TOKEN)
 STRATEGIZE = "planq.strategize_plan"
+#: Imported by the worker only (`--include`): importing it here would build the default app.
+HANDLERS = "tests.run_handlers_for_tests"
+PANICS = "redaction_panics_in_worker"  #: its job's name
 #: A CHECK the test adds: the ledger refuses a failed row whose error names the upstream.
 CONSTRAINT = "ck_async_jobs_test_refused"
 SQL_TEXT = re.compile(r"\bUPDATE\b|\bSELECT\b|\bINSERT\b|\[parameters|\[SQL")
@@ -149,6 +160,38 @@ def test_flower_shows_only_redacted_text_for_a_custom_pattern_secret(
     for task in (job, run):
         no_token(f"Flower's task {task['uuid']}", repr(task))
     no_token("Flower's task list", repr(flower.api("/api/tasks")))
+
+
+class IncludingWorker(WorkerProcess):
+    """A prefork `celery worker` that also imports the test's recoverable job."""
+
+    def __init__(self, env: dict[str, str], name: str, log_path: Path) -> None:
+        args = ["worker", "-P", "prefork", "-c", "1", "-n", f"{name}@%h"]
+        args += ["-Q", ",".join(ALL_QUEUES), "--loglevel", "INFO"]
+        args += ["--without-mingle", "--without-gossip", "--include", HANDLERS]
+        CeleryProcess.__init__(self, env, name, args, log_path)
+
+
+def test_flower_shows_a_paused_runs_result_redacted(
+    producer: Celery,
+    redis_url: str,
+    pg_url: str,
+    start_flower: StartFlower,
+    tmp_path: Path,
+) -> None:
+    flower = start_flower()
+    env = worker_env(redis_url, pg_url, redaction_patterns=PATTERNS)
+    worker = IncludingWorker(env, "redactrun", tmp_path / "redactrun.log")
+    try:
+        worker.wait_ready(producer)
+        run_task = producer.send_task(f"planq.runs.{PANICS}")
+        task = flower_task(flower, run_task.id, "SUCCESS")
+        assert "'paused': True" in task["result"], task
+        assert f"'error': 'RuntimeError: upstream refused {REDACTED}'" in task["result"], task
+        no_token("Flower's run task", repr(task))
+        no_token("the worker log", worker.log_path.read_text() if worker.log_path else "")
+    finally:
+        worker.close()
 
 
 def test_async_result_shows_only_redacted_text_for_a_custom_pattern_secret(
