@@ -31,7 +31,7 @@ from domain.runs import Failed, RunStatus, RunStore
 from tasks.recoverable import RunFailed, register_recoverable_job
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.api_support import TOKEN, ApiServer
-from tests.celery_support import make_app
+from tests.celery_support import embedded_runtime, make_app, wait_for_status
 from tests.executors_for_tests import CHAINED_TOKEN, CUSTOM_TOKEN, LOGGED_TOKEN
 from worker_config.settings import load_settings
 
@@ -246,3 +246,27 @@ def test_a_row_the_schema_refuses_is_a_typed_error_naming_the_constraint_not_the
         assert stored is not None and stored.status is AsyncJobStatus.queued  # nothing written
     finally:
         reset_runtime(app)
+
+
+def test_an_embedded_worker_logs_only_redacted_text(
+    ledger_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The in-process worker (the demo's) sets Celery's logging up too: the filter goes on
+    # the handlers it finds (here pytest's), and the executor's logged chain is redacted.
+    caplog.set_level(logging.INFO)
+    app = make_app(
+        "memory://",
+        ledger_url,
+        default_executor="tests.executors_for_tests:custom_token_chain",
+        redaction_patterns=PATTERNS,
+    )
+    with embedded_runtime(app) as runtime:
+        plan = Plan.with_steps(["one"], name="embedded")
+        runtime.plans.add(plan)
+        job_id = app.tasks["planq.strategize_plan"].delay(plan.plan_id).id
+        row = wait_for_status(runtime.jobs, job_id, AsyncJobStatus.failed)
+    assert row.error_message == f"RuntimeError: upstream refused {REDACTED}"
+    text = caplog.text
+    assert "upstream call failed with" in text
+    assert "The above exception was the direct cause" in text
+    no_token("the embedded worker's log", text)

@@ -24,6 +24,8 @@ def logged() -> tuple[logging.Logger, io.StringIO]:
     assert install_redacting_filter(logger, REDACTOR) == 1
     assert install_redacting_filter(logger, REDACTOR) == 1  # idempotent: still one filter
     assert sum(isinstance(f, RedactingFilter) for f in handler.filters) == 1
+    install_redacting_filter(logger, Redactor.from_patterns([r"other_[a-z]+"]))
+    assert sum(isinstance(f, RedactingFilter) for f in handler.filters) == 2  # both kept
     return logger, stream
 
 
