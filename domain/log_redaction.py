@@ -42,10 +42,16 @@ class RedactingFilter(logging.Filter):
 
 
 def install_redacting_filter(logger: logging.Logger, redactor: Redactor) -> int:
-    """Put the filter on every handler of logger (once each); how many handlers it now guards."""
+    """Put the filter on every handler of logger (once per redactor); how many it guards.
+
+    A handler already guarded by an equal redactor is left alone, so a second setup (a
+    restarted embedded worker) adds nothing; a different one (another app's patterns in
+    the same process) is added beside it, so neither app's patterns are dropped.
+    """
     guarded = 0
     for handler in logger.handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+        held = [f.redactor for f in handler.filters if isinstance(f, RedactingFilter)]
+        if redactor not in held:
             handler.addFilter(RedactingFilter(redactor))
         guarded += 1
     return guarded

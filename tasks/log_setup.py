@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger
 
 from domain.log_redaction import install_redacting_filter
 from domain.redaction import Redactor
 
 
-def connect_log_redaction(app: Celery, redactor: Redactor) -> None:
+def connect_log_redaction(redactor: Redactor) -> None:
     """On after_setup_logger/after_setup_task_logger (worker, beat), guard every handler.
 
     The root logger's handlers see every library's records (planq's, Celery's own
@@ -25,5 +24,7 @@ def connect_log_redaction(app: Celery, redactor: Redactor) -> None:
         for target in targets:
             install_redacting_filter(target, redactor)
 
-    after_setup_logger.connect(_guard, weak=False, dispatch_uid=f"planq-logs-{id(app)}")
-    after_setup_task_logger.connect(_guard, weak=False, dispatch_uid=f"planq-tasklogs-{id(app)}")
+    # No dispatch_uid: one built from id(app) would collide with a collected app's (this
+    # receiver does not hold its app), and a second call only re-installs equal filters.
+    after_setup_logger.connect(_guard, weak=False)
+    after_setup_task_logger.connect(_guard, weak=False)

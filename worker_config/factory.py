@@ -44,7 +44,7 @@ def configure_app(app: Celery, settings: PlanqSettings) -> Celery:
     register_phase_tasks(app)
     register_maintenance_tasks(app)
     connect_signals(app)
-    connect_log_redaction(app, config.redactor)  # worker's and beat's log handlers
+    connect_log_redaction(config.redactor)  # worker's and beat's log handlers
     connect_preflight(app, config)  # `celery worker` refuses to start without a usable ledger
     install_recoverable_runs(
         app,

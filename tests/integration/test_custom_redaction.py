@@ -10,6 +10,7 @@ in tests/acceptance/test_custom_redaction.py.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -177,7 +178,6 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
     ledger_url: str,
     written: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import cli.context
 
@@ -190,6 +190,13 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
         return api_app
 
     monkeypatch.setattr(cli.context, "build_app", with_handlers)
+    # A handler of the API process's root logger, there before the API is built.
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logging.getLogger().addHandler(handler)
+    api_logger = logging.getLogger("planq.api")
+    monkeypatch.setattr(api_logger, "level", logging.INFO)
+    monkeypatch.setattr(api_logger, "disabled", False)
     settings = load_settings(
         broker_url="memory://",
         database_url=ledger_url,
@@ -217,12 +224,12 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
         job = api.get(f"/api/ledger/jobs/{written['job']}").json()
         assert REDACTED in json.dumps(job)
         # The API process's log handlers redact with the same patterns (message and args).
-        caplog.clear()
-        logging.getLogger("planq.api").warning("upstream said %s", CUSTOM_TOKEN)
-        assert f"upstream said {REDACTED}" in caplog.text
-        no_token("the API process's log", caplog.text)
+        api_logger.warning("upstream said %s", CUSTOM_TOKEN)
+        assert f"upstream said {REDACTED}" in stream.getvalue()
+        no_token("the API process's log", stream.getvalue())
     finally:
         api.close()
+        logging.getLogger().removeHandler(handler)
 
 
 def test_a_row_the_schema_refuses_is_a_typed_error_naming_the_constraint_not_the_sql(
