@@ -99,8 +99,11 @@ def as_rejection(exc: DBAPIError, operation: str) -> LedgerRejectedError:
     """
     orig = exc.orig
     diag = getattr(orig, "diag", None)
-    name = getattr(diag, "constraint_name", None)
-    if not name:
+    if diag is not None:  # psycopg: the constraint, else the column, by name
+        name = diag.constraint_name or (
+            f"{type(orig).__name__} on {diag.column_name}" if diag.column_name else None
+        )
+    else:  # sqlite3: "CHECK constraint failed: ck_…", "NOT NULL constraint failed: t.col"
         found = _CONSTRAINT.search(str(orig)) if orig is not None else None
         name = found.group(1) if found else None
     reason = name or type(orig if orig is not None else exc).__name__

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from typer.testing import CliRunner
 
 from cli.main import app as cli_app
@@ -29,6 +31,8 @@ from domain.jobs import AsyncJobStatus
 from domain.plans import Plan, PlanPhase
 from domain.redaction import REDACTED
 from domain.runs import Failed, RunStatus, RunStore
+from store import Database
+from store.database import as_rejection
 from tasks.recoverable import RunFailed, register_recoverable_job
 from tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.api_support import TOKEN, ApiServer
@@ -277,3 +281,21 @@ def test_an_embedded_worker_logs_only_redacted_text(
     assert "upstream call failed with" in text
     assert "The above exception was the direct cause" in text
     no_token("the embedded worker's log", text)
+
+
+def test_a_rejection_names_the_constraint_or_column_never_the_values(ledger_url: str) -> None:
+    db = Database(ledger_url)
+    try:
+        with db.engine.begin() as conn:
+            table = "refusals (a int NOT NULL, b text CONSTRAINT ck_b CHECK (b <> 'refused'))"
+            conn.execute(text(f"CREATE TEMP TABLE {table}"))
+            reasons = []
+            for values in (f"(NULL, '{CUSTOM_TOKEN}')", "(1, 'refused')"):
+                with pytest.raises(DBAPIError) as raised, conn.begin_nested():
+                    conn.execute(text(f"INSERT INTO refusals VALUES {values}"))
+                reasons.append(str(as_rejection(raised.value, "write")))
+    finally:
+        db.close()
+    not_null = "refusals.a" if ledger_url.startswith("sqlite") else "NotNullViolation on a"
+    assert reasons == [f"ledger rejected the write: {not_null}", "ledger rejected the write: ck_b"]
+    no_token("a rejection", " ".join(reasons))
