@@ -76,6 +76,15 @@ class Planq:
         return load_settings()
 
     @cached_property
+    def redactor(self) -> Any:
+        """domain.redaction.Redactor: the one redactor of this session, built from settings.
+
+        The app built below (and so its runtime) gets its own from the same settings: the
+        same patterns, so every text this session shows is redacted alike.
+        """
+        return self.settings.redactor()
+
+    @cached_property
     def app(self) -> Any:
         """The Celery app (no connection is opened by building it)."""
         return build_app(self.settings)

@@ -86,6 +86,22 @@ class EmbeddedWorkerError(PlanqError):
     """The in-process worker did not start or stop within its bound."""
 
 
+class LedgerRejectedError(PlanqError):
+    """The ledger refused a write for a reason that will not pass (a constraint, bad data).
+
+    Not retryable: the same write fails the same way. The message names the operation and
+    the constraint (or the error class) only, never the SQL text or its parameters, so it
+    can be stored, logged and shown as it is: "ledger rejected the finish: ck_…".
+    """
+
+    retryable = False
+
+    def __init__(self, operation: str, reason: str) -> None:
+        self.operation = operation
+        self.reason = reason
+        super().__init__(f"ledger rejected the {operation}: {reason}")
+
+
 class UnknownExecutorError(PlanqError, LookupError):
     """No executor is registered for this phase."""
 

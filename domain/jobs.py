@@ -27,7 +27,7 @@ from domain.errors import InvalidJobTransitionError
 from domain.ids import is_ulid, new_id
 from domain.payload import deserialize_job_payload, serialize_job_payload
 from domain.plans import PlanPhase
-from domain.redaction import printable, redact_secrets
+from domain.redaction import BUILTIN, Redactor
 
 
 class AsyncJobStatus(StrEnum):
@@ -111,14 +111,11 @@ def check_job_fields(job: AsyncJob) -> None:
     deserialize_job_payload(job.payload_json)
 
 
-def redact_error(error: str | None) -> str | None:
+def redact_error(error: str | None, redactor: Redactor) -> str | None:
     """Redact and bound an error message before it can reach the ledger."""
     if error is None:
         return None
-    text = printable(redact_secrets(str(error)))
-    if len(text) > MAX_ERROR_LENGTH:
-        text = text[: MAX_ERROR_LENGTH - 1] + "…"
-    return text
+    return redactor.bounded(str(error), MAX_ERROR_LENGTH)
 
 
 class AsyncJob(BaseModel):
@@ -236,7 +233,7 @@ class AsyncJob(BaseModel):
         """Finish with an error; the message is redacted before it is kept."""
         self.transition_to(AsyncJobStatus.failed)
         self.finished_at = utcnow()
-        self.error_message = redact_error(error)
+        self.error_message = redact_error(error, BUILTIN)  # the spec's model: built-in only
 
     def mark_cancelled(self) -> None:
         """Finish as cancelled (from queued or running)."""

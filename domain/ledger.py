@@ -19,6 +19,7 @@ from domain.errors import (
 from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
 from domain.plans import Plan, PlanPhase, PlanStatus
 from domain.ports import CancelOutcome, Claimed, JobStore, PlanStore
+from domain.redaction import BUILTIN, Redactor
 from domain.transitions import PLAN_STATUS_FOR_JOB
 
 logger = logging.getLogger("planq.ledger")
@@ -54,9 +55,17 @@ class StuckReport:
 class JobLedger:
     """The one place that moves jobs, and their plans with them."""
 
-    def __init__(self, jobs: JobStore, plans: PlanStore | None = None) -> None:
+    def __init__(
+        self, jobs: JobStore, plans: PlanStore | None = None, redactor: Redactor = BUILTIN
+    ) -> None:
         self.jobs = jobs
         self.plans = plans
+        #: Every error this ledger writes passes through it (planq's: built from settings).
+        self.redactor = redactor
+
+    def redact_error(self, error: str | None) -> str | None:
+        """An error as this ledger stores it: redacted, printable, bounded."""
+        return redact_error(error, self.redactor)
 
     # -- plan bookkeeping -------------------------------------------------------------
     def _follow(self, plan_id: str, phase: PlanPhase, status: AsyncJobStatus) -> Plan | None:
@@ -113,7 +122,7 @@ class JobLedger:
             job.job_id,
             status,
             utcnow(),
-            redact_error(error),
+            self.redact_error(error),
             worker_id=worker_id,
             follow_plan=self.plans is not None,
         )

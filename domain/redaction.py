@@ -8,11 +8,20 @@ still says *which* setting was involved.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["REDACTED", "Redactor", "printable", "redact_secrets"]
+__all__ = [
+    "BUILTIN",
+    "REDACTED",
+    "Redactor",
+    "describe_exception",
+    "printable",
+    "redact_secrets",
+]
 
 REDACTED = "***REDACTED***"
 
@@ -222,7 +231,12 @@ def _compile_extra(patterns: tuple[str | re.Pattern[str], ...]) -> tuple[re.Patt
 
 @dataclass(frozen=True, slots=True)
 class Redactor:
-    """Built-in secret redaction plus site-specific patterns, validated once at start-up."""
+    """Built-in secret redaction plus site-specific patterns, validated once at start-up.
+
+    planq builds ONE from settings (`PlanqSettings.redactor()`) in each composition root
+    and hands it to everything that turns text into stored or shown text: the job ledger,
+    the run engine and run stores, the log filter, the Celery tasks, the CLI and the API.
+    """
 
     extra_patterns: tuple[re.Pattern[str], ...] = ()
 
@@ -240,13 +254,48 @@ class Redactor:
             text = _apply_extra(pattern, text)
         return text
 
+    def bounded(self, text: str, limit: int) -> str:
+        """Redacted, storable (no NULs or controls) and at most `limit` characters."""
+        shown = printable(self(str(text)))
+        return shown if len(shown) <= limit else shown[: limit - 1] + "\u2026"
 
-_DEFAULT = Redactor()
+    def json_value(self, value: Any) -> Any:
+        """A JSON value (a finding's detail) with every secret in it redacted.
+
+        The serialised text is redacted as a whole, so a key/value pair spread over a dict
+        entry (`{"password": "…"}`) is caught as in any text; if a pattern's match broke
+        the JSON, every string (keys too) is redacted on its own instead.
+        """
+        text = json.dumps(value, ensure_ascii=False)
+        redacted = self(text)
+        if redacted == text:
+            return value
+        try:
+            return json.loads(redacted)
+        except ValueError:
+            return self._each_string(value)
+
+    def _each_string(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, dict):
+            return {self(str(k)): self._each_string(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._each_string(v) for v in value]
+        return value
+
+
+#: Built-in patterns only: the spec's `redact_secrets(text)`, and the default of library
+#: entry points used without planq's settings (the spec's `AsyncWorker(config, store, …)`).
+BUILTIN = Redactor()
 
 
 def redact_secrets(text: str, extra_patterns: Iterable[str | re.Pattern[str]] = ()) -> str:
-    """Replace secret values with ``REDACTED`` so stored messages never carry credentials."""
-    redactor = Redactor.from_patterns(extra_patterns) if extra_patterns != () else _DEFAULT
+    """Replace secret values with ``REDACTED`` (built-in patterns, plus any given here).
+
+    The spec's form. planq's own code paths use the `Redactor` built from settings.
+    """
+    redactor = Redactor.from_patterns(extra_patterns) if extra_patterns != () else BUILTIN
     return redactor(text)
 
 
@@ -258,7 +307,7 @@ def printable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def describe_exception(exc: BaseException) -> str:
+def describe_exception(exc: BaseException, redactor: Redactor) -> str:
     """`ExcType: message`, redacted; never raises, even when the exception's __str__ does.
 
     An exception can carry a secret in its message, and its __str__ can itself fail: this
@@ -269,4 +318,4 @@ def describe_exception(exc: BaseException) -> str:
         message = str(exc)
     except Exception:  # a broken __str__: its own text is not to be trusted either
         message = "<unprintable message>"
-    return printable(redact_secrets(f"{name}: {message}" if message else name))
+    return printable(redactor(f"{name}: {message}" if message else name))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -11,10 +12,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from domain.errors import LedgerUnavailableError
+from domain.errors import LedgerRejectedError, LedgerUnavailableError
 from domain.redaction import redact_secrets
 
 DEFAULT_SQLITE_BUSY_MS = 30_000
@@ -86,6 +87,29 @@ def as_outage(exc: DBAPIError) -> LedgerUnavailableError:
     return LedgerUnavailableError(redact_secrets(reason.strip().splitlines()[0][:300]))
 
 
+#: What names a refused constraint in a driver's message (SQLite; psycopg has `diag`).
+_CONSTRAINT = re.compile(r"constraint(?: failed)?:?\s+\"?([\w.]+)", re.IGNORECASE)
+
+
+def as_rejection(exc: DBAPIError, operation: str) -> LedgerRejectedError:
+    """The domain's error for a write the ledger refuses: the constraint, never the SQL.
+
+    A SQLAlchemy error's text carries the statement and its parameters (job ids, worker
+    ids, error text): none of it goes further than this function.
+    """
+    orig = exc.orig
+    diag = getattr(orig, "diag", None)
+    if diag is not None:  # psycopg: the constraint, else the column, by name
+        name = diag.constraint_name or (
+            f"{type(orig).__name__} on {diag.column_name}" if diag.column_name else None
+        )
+    else:  # sqlite3: "CHECK constraint failed: ck_…", "NOT NULL constraint failed: t.col"
+        found = _CONSTRAINT.search(str(orig)) if orig is not None else None
+        name = found.group(1) if found else None
+    reason = name or type(orig if orig is not None else exc).__name__
+    return LedgerRejectedError(operation, reason[:120])
+
+
 def make_hot_engine(url: str, **kwargs: Any) -> Engine:
     """PostgreSQL's hot-path engine: autocommit, and no pre-ping (a round trip per checkout).
 
@@ -126,7 +150,13 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """The ambient session, or a new one committed on exit (rolled back on error)."""
+        """The ambient session, or a new one committed on exit (rolled back on error).
+
+        A transient failure is LedgerUnavailableError; a row or value the schema refuses
+        (IntegrityError, DataError) not caught by the store inside is LedgerRejectedError
+        (the constraint, never the SQL). Anything else (a schema that is not migrated)
+        stays SQLAlchemy's, for the CLI to explain.
+        """
         ambient = self._current.get()
         if ambient is not None:
             yield ambient
@@ -141,6 +171,8 @@ class Database:
         except DBAPIError as exc:
             if is_transient(exc):
                 raise as_outage(exc) from exc
+            if isinstance(exc, IntegrityError | DataError):
+                raise as_rejection(exc, "write") from None
             raise
 
     @contextmanager
@@ -150,11 +182,13 @@ class Database:
             yield
 
     @contextmanager
-    def connection(self) -> Iterator[Connection]:
+    def connection(self, operation: str = "write") -> Iterator[Connection]:
         """The hot path's connection, in one transaction (the ambient session's, if any).
 
         On PostgreSQL it comes from the hot engine (`make_hot_engine`): one round trip per
-        statement. On SQLite the block is one BEGIN IMMEDIATE.
+        statement. On SQLite the block is one BEGIN IMMEDIATE. A transient failure is
+        LedgerUnavailableError (ridden out by the caller); any other refusal is
+        LedgerRejectedError naming `operation` and the constraint, never the SQL.
         """
         ambient = self._current.get()
         if ambient is not None:
@@ -166,7 +200,7 @@ class Database:
         except DBAPIError as exc:
             if is_transient(exc):
                 raise as_outage(exc) from exc
-            raise
+            raise as_rejection(exc, operation) from None
 
     def dispose_after_fork(self) -> None:
         """Drop connections inherited from the parent process without closing them."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from domain.errors import RunFencedError
+from domain.redaction import BUILTIN, Redactor
 
 Clock = Callable[[], datetime]
 
@@ -19,8 +20,15 @@ class BoundRun:
     """
 
     def __init__(
-        self, run_id: str, started_at: datetime, clock: Clock, lease_epoch: int = 0
+        self,
+        run_id: str,
+        started_at: datetime,
+        clock: Clock,
+        lease_epoch: int = 0,
+        redactor: Redactor = BUILTIN,
     ) -> None:
+        #: What every error, finding detail and param value passes through before a write.
+        self.redactor = redactor
         self._run_id = run_id
         self._started_at = started_at
         self._clock = clock

@@ -13,6 +13,7 @@ from uuid import UUID
 from domain.clock import utcnow
 from domain.errors import RunNotActiveError, RunNotFoundError
 from domain.ids import new_id
+from domain.redaction import BUILTIN, Redactor
 from domain.runs.checks import (
     SERVER_RESTART_ERROR,
     SWEEP_ERROR,
@@ -106,10 +107,16 @@ class InMemoryRunStore(BoundRun):
     """One run's store in memory, under one lease (the same fencing as the SQL store)."""
 
     def __init__(
-        self, tables: _Tables, run_id: str, started_at: datetime, clock: Clock, epoch: int
+        self,
+        tables: _Tables,
+        run_id: str,
+        started_at: datetime,
+        clock: Clock,
+        epoch: int,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         self._tables = tables
-        super().__init__(run_id, started_at, clock, epoch)
+        super().__init__(run_id, started_at, clock, epoch, redactor)
 
     def _row(self) -> _Run:
         """The row if it is still this store's lease (RunNotFound, RunFenced otherwise)."""
@@ -146,6 +153,7 @@ class InMemoryRunStore(BoundRun):
     def set_string_param(self, key: str, value: str) -> None:
         """Store a per-run config value."""
         check_param(key, value)
+        value = self.redactor(value)
         with self._tables.lock:
             row = self._active_row()
             check_params_size(params_to_json({**row.params, key: value}))
@@ -166,7 +174,7 @@ class InMemoryRunStore(BoundRun):
         detail: dict[str, Any] | None,
     ) -> Finding:
         """Store a finding and bump finding_count atomically."""
-        detail_json = detail_to_json(detail)
+        detail_json = detail_to_json(detail, self.redactor)
         finding = Finding(
             id=new_id(),
             run_id=self._run_id,
@@ -216,7 +224,7 @@ class InMemoryRunStore(BoundRun):
         if cursor is not None:
             values["cursor"] = check_cursor(cursor)
         if error_message is not None:
-            values["error_message"] = clean_error(error_message)
+            values["error_message"] = clean_error(error_message, self.redactor)
         return self._finish(RunStatus.Paused, **values)
 
     def mark_failed(self, message: str) -> bool:
@@ -226,19 +234,22 @@ class InMemoryRunStore(BoundRun):
             RunStatus.Failed,
             completed_at=now,
             last_progress_at=now,
-            error_message=clean_error(message),
+            error_message=clean_error(message, self.redactor),
         )
 
 
 class InMemoryRunStoreProvider:
     """Every run in memory; thread-safe, one lock for all operations."""
 
-    def __init__(self, clock: Clock = utcnow) -> None:
+    def __init__(self, clock: Clock = utcnow, redactor: Redactor = BUILTIN) -> None:
         self._tables = _Tables()
         self._clock = clock
+        self.redactor = redactor
 
     def _bind(self, row: _Run) -> InMemoryRunStore:
-        return InMemoryRunStore(self._tables, row.id, row.started_at, self._clock, row.lease_epoch)
+        return InMemoryRunStore(
+            self._tables, row.id, row.started_at, self._clock, row.lease_epoch, self.redactor
+        )
 
     def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
         """Start, resume the Paused run, or report the active one."""

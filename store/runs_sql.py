@@ -19,6 +19,7 @@ from domain.errors import (
     RunNotFoundError,
 )
 from domain.ids import new_id
+from domain.redaction import BUILTIN, Redactor
 from domain.runs.checks import (
     SERVER_RESTART_ERROR,
     SWEEP_ERROR,
@@ -123,10 +124,16 @@ class SqlRunStore(BoundRun):
     """
 
     def __init__(
-        self, database: Database, run_id: str, started_at: datetime, clock: Clock, epoch: int
+        self,
+        database: Database,
+        run_id: str,
+        started_at: datetime,
+        clock: Clock,
+        epoch: int,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         self.db = database
-        super().__init__(run_id, started_at, clock, epoch)
+        super().__init__(run_id, started_at, clock, epoch, redactor)
 
     def _read_state(self) -> tuple[RunStatus | None, int] | None:
         """(status, lease epoch) of the row, or None when it is gone."""
@@ -204,6 +211,7 @@ class SqlRunStore(BoundRun):
     def set_string_param(self, key: str, value: str) -> None:
         """PARAM SET: read-modify-write of params_json under a row lock."""
         check_param(key, value)
+        value = self.redactor(value)
         self._check_held()
         with self.db.session() as s:
             stored = s.scalar(
@@ -237,7 +245,7 @@ class SqlRunStore(BoundRun):
         detail: dict[str, Any] | None,
     ) -> Finding:
         """FINDING: fenced UPDATE finding_count (locks the run, proves it ours), then INSERT."""
-        detail_json = detail_to_json(detail)
+        detail_json = detail_to_json(detail, self.redactor)
         finding = Finding(
             id=new_id(),
             run_id=self._run_id,
@@ -299,7 +307,7 @@ class SqlRunStore(BoundRun):
         if cursor is not None:
             values["cursor"] = check_cursor(cursor)
         if error_message is not None:
-            values["error_message"] = clean_error(error_message)
+            values["error_message"] = clean_error(error_message, self.redactor)
         return self._final(**values)
 
     def mark_failed(self, message: str) -> bool:
@@ -309,19 +317,23 @@ class SqlRunStore(BoundRun):
             status=RunStatus.Failed.value,
             completed_at=now,
             last_progress_at=now,
-            error_message=clean_error(message),
+            error_message=clean_error(message, self.redactor),
         )
 
 
 class SqlRunStoreProvider:
     """Every run on one Database (SQLite or PostgreSQL); joins the ambient transaction."""
 
-    def __init__(self, database: Database, clock: Clock = utcnow) -> None:
+    def __init__(
+        self, database: Database, clock: Clock = utcnow, redactor: Redactor = BUILTIN
+    ) -> None:
         self.db = database
         self._clock = clock
+        #: Every run error, finding detail and param written through this provider's stores.
+        self.redactor = redactor
 
     def _bind(self, run_id: str, started_at: datetime, epoch: int) -> SqlRunStore:
-        return SqlRunStore(self.db, run_id, started_at, self._clock, epoch)
+        return SqlRunStore(self.db, run_id, started_at, self._clock, epoch, self.redactor)
 
     def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
         """OPEN: read the non-terminal run, then resume it, report it, or insert a new one."""

@@ -189,18 +189,21 @@ class SqlJobStore:
         """QUEUE: every plan into its phase and every job row, all or nothing."""
         check_fresh_jobs(jobs)
         if len(jobs) == 1 and self._pg:  # one statement is atomic by itself
-            with self.db.connection() as conn:
+            with self.db.connection("queue") as conn:
                 return pg_queue(conn, jobs, now) or None
         try:
-            with self.db.transaction(), self.db.connection() as conn:
-                moved = pg_queue(conn, jobs, now) if self._pg else sqlite_queue(conn, jobs, now)
+            with self.db.transaction():
+                try:
+                    with self.db.connection("queue") as conn:
+                        run = pg_queue if self._pg else sqlite_queue
+                        moved = run(conn, jobs, now)
+                except IntegrityError as exc:  # inside: the transaction would say "rejected"
+                    raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200]) from exc
                 if moved is None or len(moved) != len(jobs):
                     raise _Refused
                 return moved
         except _Refused:
             return None
-        except IntegrityError as exc:
-            raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200]) from exc
 
     def claim(
         self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False
@@ -208,7 +211,7 @@ class SqlJobStore:
         """CLAIM: queued -> running unless a cancel was requested; the plan with it."""
         check_job_id(job_id)
         check_worker_id(worker_id)
-        with self.db.connection() as conn:
+        with self.db.connection("claim") as conn:
             run = pg_claim if self._pg else sqlite_claim
             return run(conn, job_id.upper(), worker_id, now, follow_plan)
 
@@ -230,7 +233,7 @@ class SqlJobStore:
         if status not in TERMINAL_STATUSES:
             raise ValueError(f"finish needs a terminal status, got {status.value}")
         error = error if status is AsyncJobStatus.failed else None
-        with self.db.connection() as conn:
+        with self.db.connection("finish") as conn:
             run = pg_finish if self._pg else sqlite_finish
             return run(conn, job_id, status, now, error, worker_id, follow_plan)
 
@@ -272,7 +275,7 @@ class SqlJobStore:
         job_ids = check_ids("job_ids", job_ids)
         check_worker_id(worker_id, optional=True)
         stop: set[str] = set()
-        with self.db.connection() as conn:
+        with self.db.connection("heartbeat") as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
                 where = [J.job_id.in_(batch), J.status == _RUNNING]
                 if worker_id is not None:
@@ -307,7 +310,7 @@ class SqlJobStore:
         where = [J.job_id == job_id, J.status == _RUNNING]
         if worker_id is not None:
             where.append(J.worker_id == worker_id)
-        with self.db.connection() as conn:
+        with self.db.connection("progress") as conn:
             return bool(conn.execute(update(J).where(*where).values(**values)).rowcount)
 
     def ledger_up_since(self) -> datetime | None:
@@ -376,7 +379,7 @@ class SqlJobStore:
         """DISPATCHED: stamp live rows and count the publish (one statement per batch)."""
         job_ids = check_ids("job_ids", job_ids)
         stamped = 0
-        with self.db.connection() as conn:
+        with self.db.connection("dispatch stamp") as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
                 stamped += conn.execute(
                     update(J)

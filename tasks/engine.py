@@ -14,13 +14,14 @@ from typing import Any
 from domain.cancellation import CancellationToken
 from domain.clock import utcnow
 from domain.config import AsyncWorkerConfig
+from domain.errors import LedgerRejectedError
 from domain.health import WorkerHealthReport
-from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
+from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.ledger import JobLedger, StuckReport
 from domain.outage import ride_out_outage
 from domain.plans import Plan, PlanPhase
 from domain.ports import CancelOutcome, JobStore, PlanStore
-from domain.redaction import describe_exception
+from domain.redaction import BUILTIN, Redactor, describe_exception
 from tasks import metrics
 from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from tasks.store_poller import StorePoller
@@ -104,6 +105,7 @@ class AsyncWorker:
         publish: Publish | None = None,
         broadcast_cancel: BroadcastCancel | None = None,
         worker_id: str | None = None,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         if not isinstance(config, AsyncWorkerConfig):
             raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
@@ -112,7 +114,9 @@ class AsyncWorker:
         self.config = config
         self.job_store = job_store
         self.plan_store = plan_store
-        self.ledger = JobLedger(job_store, plan_store)
+        #: How every error this worker stores or reports becomes text (planq: from settings).
+        self.redactor = redactor
+        self.ledger = JobLedger(job_store, plan_store, redactor)
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
         )
@@ -175,10 +179,7 @@ class AsyncWorker:
             verdict = self._run_executor(job, token, plan)
         finally:
             self.tracker.untrack(job.job_id)
-        wrote = ride_out_outage(
-            lambda: self.ledger.finish(job, verdict.status, verdict.error, self.worker_id),
-            f"finish {job.job_id}",
-        )
+        verdict, wrote = self._finish(job, verdict)
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return PickupResult.finished_elsewhere, None
@@ -186,7 +187,28 @@ class AsyncWorker:
         self._observe(job, verdict.status)
         if verdict.status is AsyncJobStatus.failed:
             self._maybe_retry(job)
-        return verdict.result, redact_error(verdict.error)
+        return verdict.result, self.ledger.redact_error(verdict.error)
+
+    def _finish(self, job: AsyncJob, verdict: Verdict) -> tuple[Verdict, bool]:
+        """Write the verdict; a finish the ledger rejects ends the job failed, saying so.
+
+        The rejection (a constraint the row breaks) names the constraint only, never the
+        SQL or its parameters; without this second write the row would stay running until
+        the stuck sweep calls it "heartbeat expired", and the real cause would be lost.
+        """
+
+        def write(outcome: Verdict) -> bool:
+            return ride_out_outage(
+                lambda: self.ledger.finish(job, outcome.status, outcome.error, self.worker_id),
+                f"finish {job.job_id}",
+            )
+
+        try:
+            return verdict, write(verdict)
+        except LedgerRejectedError as exc:
+            logger.error("job %s: %s; ending it failed with that reason", job.job_id, exc)
+            rejected = Verdict(AsyncJobStatus.failed, str(exc), PickupResult.failed)
+            return rejected, write(rejected)
 
     def _run_executor(self, job: AsyncJob, token: CancellationToken, plan: Plan | None) -> Verdict:
         ctx = JobContext(
@@ -201,7 +223,7 @@ class AsyncWorker:
         except Exception as exc:
             if token.is_cancelled:
                 return self._stopped(token)
-            error = describe_exception(exc)
+            error = describe_exception(exc, self.redactor)
             logger.warning("job %s failed: %s", job.job_id, error)
             return Verdict(AsyncJobStatus.failed, error, PickupResult.failed)
         if token.is_cancelled:

@@ -29,7 +29,7 @@ from domain.clock import as_utc, utcnow
 from domain.jobs import AsyncJobStatus
 from domain.outage import ride_out_outage
 from domain.payload import deserialize_job_payload
-from domain.redaction import redact_secrets
+from domain.redaction import BUILTIN, Redactor
 from domain.runs import (
     Completed,
     Failed,
@@ -122,10 +122,6 @@ def _retrying(fn: Callable[[], T], what: str) -> T:
     return ride_out_outage(fn, what, budget=_RETRY_DEADLINE)
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
-    return redact_secrets(f"{type(exc).__name__}: {exc}")[:limit]
-
-
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else as_utc(value).isoformat()
 
@@ -140,10 +136,12 @@ class LedgerConsistencyHandler:
         database: Database | Callable[[], Database],
         job_timeout: float | Callable[[], float],
         clock: Callable[[], datetime] = utcnow,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         self._database = database
         self._job_timeout = job_timeout
         self._clock = clock
+        self.redactor = redactor
 
     @property
     def db(self) -> Database:
@@ -258,7 +256,7 @@ class LedgerConsistencyHandler:
             for finding in (
                 _stale_heartbeat(row, now, cutoff, self.job_timeout),
                 _plan_job_mismatch(row),
-                _corrupt_payload(row),
+                _corrupt_payload(row, self.redactor),
             ):
                 if finding is not None:
                     progress.findings.append(finding)
@@ -318,12 +316,12 @@ def _plan_job_mismatch(row: Mapping[str, Any]) -> PendingFinding | None:
     )
 
 
-def _corrupt_payload(row: Mapping[str, Any]) -> PendingFinding | None:
+def _corrupt_payload(row: Mapping[str, Any], redactor: Redactor) -> PendingFinding | None:
     """A payload that does not deserialize, or that names another plan or phase."""
     try:
         data = deserialize_job_payload(row["payload_json"])
     except ValueError as exc:
-        reason = redact_secrets(str(exc))[:300]
+        reason = redactor.bounded(str(exc), 300)
     else:
         mismatched = [
             key

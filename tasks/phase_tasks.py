@@ -100,7 +100,7 @@ class PhaseTask(Task):  # type: ignore[misc]
         except Exception as exc:
             # Celery logs, stores and sends (to Flower) what escapes: only its redacted text,
             # with neither its traceback's cause chain nor its own message.
-            raise PhaseJobError(describe_exception(exc)) from None
+            raise PhaseJobError(describe_exception(exc, runtime.redactor)) from None
         if result is PickupResult.succeeded:
             return result.value
         if result in (PickupResult.failed, PickupResult.interrupted):

@@ -33,11 +33,13 @@ from collections.abc import Mapping
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from celery import Celery
+from celery import Celery, Task
 from celery.exceptions import Ignore
 from celery.signals import worker_init, worker_shutting_down
+from celery.utils.saferepr import saferepr
 
 from domain.outage import ride_out_outage
+from domain.redaction import BUILTIN, Redactor
 from domain.runs import (
     RecoverableJobHandler,
     RunHeartbeat,
@@ -77,6 +79,22 @@ class RunFailed(Exception):
     that lost its run to another owner is IGNORED. The task is acked on receipt, so
     raising never redelivers.
     """
+
+
+class TriggerTask(Task):  # type: ignore[misc]
+    """A recoverable job's task: its args reach Flower (task-received) redacted.
+
+    A trigger's args are an operator's input (`{"batch_size": …}`) and travel in the
+    message's argsrepr/kwargsrepr, which Flower shows: they pass through the app's one
+    redactor (the runtime config's) before the message leaves.
+    """
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        """Publish with redacted argsrepr/kwargsrepr (unless the caller gave its own)."""
+        redactor: Redactor = self.app.planq.config.redactor
+        options.setdefault("argsrepr", redactor(saferepr(tuple(args or ()))))
+        options.setdefault("kwargsrepr", redactor(saferepr(dict(kwargs or {}))))
+        return super().apply_async(args, kwargs, **options)
 
 
 def task_name(job_name: str) -> str:
@@ -122,7 +140,7 @@ def run_heartbeat(app: Celery) -> RunHeartbeat:
             return runtime_for(current).runs.heartbeat_runs(leases)
 
         stale_after = _stale_after.get(app, DEFAULT_STALE_AFTER)
-        heartbeat = RunHeartbeat(beat, interval_for(stale_after))
+        heartbeat = RunHeartbeat(beat, interval_for(stale_after), runtime_for(app).redactor)
         _heartbeats[app] = (pid, heartbeat)
         return heartbeat
 
@@ -190,8 +208,14 @@ def register_recoverable_job(
         if args is not None and not isinstance(args, dict):
             raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
         owner = owner_for(app, self.request)
+        runtime = runtime_for(app)
         outcome = run_or_resume(
-            handler, runtime_for(app).runs, args, owner=owner, heartbeat=run_heartbeat(app)
+            handler,
+            runtime.runs,
+            args,
+            owner=owner,
+            heartbeat=run_heartbeat(app),
+            redactor=runtime.redactor,
         )
         if outcome.skipped is None and outcome.status is not None:
             metrics.run_stopped(handler.name, outcome.status.as_str())
@@ -205,6 +229,7 @@ def register_recoverable_job(
 
     task = app.task(
         name=task_name(name),
+        base=TriggerTask,
         bind=True,
         shared=False,  # Celery shares decorated tasks across apps by default
         ignore_result=True,
@@ -345,7 +370,11 @@ def register_stale_run_sweep(app: Celery, stale_after: float) -> Any:
 
 
 def install_recoverable_runs(
-    app: Celery, *, stale_after: float, ledger_consistency_interval: float | None = None
+    app: Celery,
+    *,
+    stale_after: float,
+    ledger_consistency_interval: float | None = None,
+    redactor: Redactor = BUILTIN,
 ) -> dict[str, Any]:
     """Everything recoverable runs need on app: the signals and planq's own handler."""
     connect_recovery_signals(app, stale_after)
@@ -353,5 +382,6 @@ def install_recoverable_runs(
     handler = LedgerConsistencyHandler(
         database=lambda: runtime_for(app).db,
         job_timeout=lambda: runtime_for(app).config.worker.job_timeout,
+        redactor=redactor,
     )
     return {LEDGER_CONSISTENCY: register_recoverable_job(app, handler, ledger_consistency_interval)}

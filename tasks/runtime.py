@@ -15,7 +15,7 @@ from celery.signals import worker_init
 from domain.config import AsyncWorkerConfig
 from domain.jobs import AsyncJob
 from domain.lifecycle import PlanLifecycleService
-from domain.redaction import Redactor
+from domain.redaction import BUILTIN, Redactor
 from store import Database, SqlRunStoreProvider, sql_ledger
 from store.migrate import upgrade
 from tasks.dispatch_stamps import DispatchStamps
@@ -33,7 +33,8 @@ class RuntimeConfig:
     worker: AsyncWorkerConfig = field(default_factory=AsyncWorkerConfig)
     executors: dict[str, str] = field(default_factory=dict)
     default_executor: str = "walk_steps"
-    redaction_patterns: tuple[str, ...] = ()
+    #: The one redactor, built from settings by the composition root (worker_config).
+    redactor: Redactor = BUILTIN
     auto_migrate: bool = False
     metrics_port: int = 0  #: 0 = no metrics endpoint
 
@@ -51,7 +52,8 @@ class Runtime:
         self.config = config
         self.pid = os.getpid()
         self.node = node
-        self.redactor = Redactor.from_patterns(config.redaction_patterns)
+        #: The redactor every ledger write, task error and log line of this process uses.
+        self.redactor = config.redactor
         if config.auto_migrate:
             upgrade(config.database_url)
         self.db = Database(config.database_url)
@@ -65,6 +67,7 @@ class Runtime:
             publish=self.publish,
             broadcast_cancel=self.broadcast_cancel,
             worker_id=self.worker_id_for(self.pid),
+            redactor=self.redactor,
         )
         self.ledger = self.worker.ledger
         self.stamps = DispatchStamps(self.ledger.mark_dispatched)
@@ -87,7 +90,7 @@ class Runtime:
     @cached_property
     def runs(self) -> SqlRunStoreProvider:
         """Recoverable runs on this process's ledger (built on first use, same Database)."""
-        return SqlRunStoreProvider(self.db)
+        return SqlRunStoreProvider(self.db, redactor=self.redactor)
 
     def publish(self, jobs: Sequence[AsyncJob]) -> None:
         """Send the jobs' messages on one producer, then stamp them in batch.

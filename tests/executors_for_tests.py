@@ -109,3 +109,21 @@ def ignores_cancel(ctx: JobContext) -> None:
         time.sleep(float(os.environ.get("PLANQ_TEST_SECONDS", "3")))
     finally:
         _leave()
+
+
+#: Site-specific secrets only a custom PLANQ_REDACTION_PATTERNS (`tok_[A-Za-z0-9]+`) catches.
+CUSTOM_TOKEN = "tok_CUSTOMx9Q4"
+CHAINED_TOKEN = "tok_CHAINEDz7W2"
+LOGGED_TOKEN = "tok_LOGGEDk3P8"
+
+
+def custom_token_chain(ctx: JobContext) -> None:
+    """Log and raise `RuntimeError(token) from KeyError(other token)`, as a client library would."""
+    try:
+        try:
+            raise KeyError(f"credential {CHAINED_TOKEN} not accepted")
+        except KeyError as cause:
+            raise RuntimeError(f"upstream refused {CUSTOM_TOKEN}") from cause
+    except RuntimeError:
+        ctx.logger.exception("upstream call failed with %s", LOGGED_TOKEN)
+        raise

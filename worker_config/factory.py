@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import Celery
 from sqlalchemy.engine import make_url
 
+from tasks.log_setup import connect_log_redaction
 from tasks.maintenance import register_maintenance_tasks
 from tasks.phase_tasks import register_phase_tasks
 from tasks.recoverable import install_recoverable_runs
@@ -22,7 +23,7 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
         worker=settings.worker_config(),
         executors=dict(settings.executors),
         default_executor=settings.default_executor,
-        redaction_patterns=tuple(settings.redaction_patterns),
+        redactor=settings.redactor(),
         auto_migrate=make_url(settings.database_url).get_backend_name() == "sqlite",
         metrics_port=settings.metrics_port,
     )
@@ -43,10 +44,12 @@ def configure_app(app: Celery, settings: PlanqSettings) -> Celery:
     register_phase_tasks(app)
     register_maintenance_tasks(app)
     connect_signals(app)
+    connect_log_redaction(config.redactor)  # worker's and beat's log handlers
     connect_preflight(app, config)  # `celery worker` refuses to start without a usable ledger
     install_recoverable_runs(
         app,
         stale_after=settings.run_stale_after,
         ledger_consistency_interval=settings.ledger_consistency_interval or None,
+        redactor=config.redactor,
     )
     return app

@@ -97,7 +97,7 @@ def connect_preflight(app: Celery, config: RuntimeConfig) -> None:
         try:
             check_worker(config)
         except PlanqError as exc:
-            sys.stderr.write(f"planq worker: cannot start: {exc}\n")
+            sys.stderr.write(f"planq worker: cannot start: {config.redactor(str(exc))}\n")
             sys.stderr.flush()
             status = SETTING_EXIT if isinstance(exc, ConfigurationError) else LEDGER_EXIT
             raise SystemExit(status) from None  # Celery swallows a receiver's Exception

@@ -151,6 +151,14 @@ class PlanqSettings(BaseSettings):
             )
         return self
 
+    def redactor(self) -> Redactor:
+        """THE redactor: built-in patterns plus PLANQ_REDACTION_PATTERNS (checked above).
+
+        Each composition root (worker_config.factory, the CLI/API session) calls this once
+        and hands the result to everything that stores or shows text.
+        """
+        return Redactor.from_patterns(self.redaction_patterns)
+
     def worker_config(self) -> AsyncWorkerConfig:
         """The engine's view of these settings."""
         return AsyncWorkerConfig(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -19,9 +20,14 @@ class ApiState:
     """
 
     def __init__(self, session: Planq) -> None:
+        from domain.log_redaction import install_redacting_filter
+
         self.session = session
         self.settings: Any = session.settings
         self._lock = threading.Lock()
+        # The API process's log handlers (the root's: planq's and the libraries' records)
+        # redact with the session's one redactor, as a worker's do.
+        install_redacting_filter(logging.getLogger(), session.redactor)
 
     def ready(self) -> Planq:
         """The session with its runtime built (raises what building it raised)."""
@@ -31,12 +37,9 @@ class ApiState:
         return self.session
 
     def redact(self, text: str) -> str:
-        """Redact text as the ledger does (default patterns plus PLANQ_REDACTION_PATTERNS)."""
-        from domain.redaction import redact_secrets
-
-        text = redact_secrets(text)
-        runtime = self.session.__dict__.get("runtime")
-        return runtime.redactor(text) if runtime is not None else text
+        """Redact text as the ledger does: the session's one redactor (built-in + settings)."""
+        redactor: Any = self.session.redactor
+        return str(redactor(text))
 
 
 def api_state(request: Request) -> ApiState:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from domain.runs.engine import describe_exception, record_or_log, run_or_resume
+from domain.redaction import describe_exception
+from domain.runs.engine import record_or_log, run_or_resume
 from domain.runs.findings import Finding, Severity
 from domain.runs.heartbeat import RunHeartbeat
 from domain.runs.job_outcome import ALREADY_RUNNING, JobOutcome

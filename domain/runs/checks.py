@@ -33,6 +33,7 @@ from domain.bounds import (
 from domain.errors import BoundsError, WrongTypeError
 from domain.ids import ulid_of_uuid
 from domain.jobs import redact_error
+from domain.redaction import Redactor
 from domain.runs.progress import ProgressKind
 
 #: Error of a run paused by a sweep scoped to a worker (its owner) or to silence (stale_after).
@@ -141,9 +142,9 @@ def check_limit(limit: object, offset: object = 0) -> tuple[int, int]:
     return check_int("limit", limit, 1, MAX_LIST_LIMIT), check_int("offset", offset, 0, MAX_OFFSET)
 
 
-def clean_error(message: object) -> str:
+def clean_error(message: object, redactor: Redactor) -> str:
     """Redact and bound an error before it is stored on a run."""
-    return redact_error(str(message)) or ""
+    return redact_error(str(message), redactor) or ""
 
 
 def stale_cutoff(now: datetime, stale_after: float) -> datetime:

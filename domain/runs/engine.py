@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID
 
 from domain.errors import BoundsError, RunFencedError, RunNotActiveError
-from domain.redaction import redact_secrets
+from domain.redaction import BUILTIN, Redactor, describe_exception
 from domain.runs.checks import check_args, check_job_name, check_owner, check_total
 from domain.runs.findings import Finding, Severity
 from domain.runs.heartbeat import RunHeartbeat
@@ -31,17 +31,13 @@ from domain.runs.summary import RunSummary
 log = logging.getLogger(__name__)
 
 
-def describe_exception(exc: BaseException) -> str:
-    """'ExcType: message', redacted: what a failed run stores when its handler raised."""
-    return redact_secrets(f"{type(exc).__name__}: {exc}")
-
-
 def run_or_resume(
     handler: RecoverableJobHandler,
     provider: RunStoreProvider,
     args: Mapping[str, Any] | None = None,
     owner: str | None = None,
     heartbeat: RunHeartbeat | None = None,
+    redactor: Redactor = BUILTIN,
 ) -> JobOutcome:
     """Run the handler's job once: fresh, resumed from its cursor, or skipped if already active.
 
@@ -58,6 +54,9 @@ def run_or_resume(
     run (swept, then resumed by another worker), the handler's next status() or write
     raises RunFencedError; the engine then stops and writes nothing: no final state, no
     pause, and the outcome says the run was lost (`lost`, not ok, status None).
+
+    Every error it stores, reports or logs passes through `redactor` (planq's Celery task
+    passes the one built from settings; the spec's call gets the built-in patterns).
     """
     check_job_name(handler.name)  # bad input is the caller's BoundsError, before any write
     check_owner(owner)
@@ -65,7 +64,7 @@ def run_or_resume(
     try:
         opened = provider.open_or_start(handler.name, owner=owner)
     except Exception as exc:
-        message = f"open_or_start failed: {describe_exception(exc)}"
+        message = f"open_or_start failed: {describe_exception(exc, redactor)}"
         log.error("job %s: %s", handler.name, message)
         return JobOutcome(ok=False, message=message, error=message)
     if isinstance(opened, AlreadyActive):
@@ -77,8 +76,8 @@ def run_or_resume(
         heartbeat.track(store)
     try:
         if isinstance(opened, Fresh):
-            _seed_progress(handler, store)
-        outcome = _dispatch(handler, store, arguments, resume_cursor)
+            _seed_progress(handler, store, redactor)
+        outcome = _dispatch(handler, store, arguments, resume_cursor, redactor)
     finally:
         if heartbeat is not None:
             heartbeat.untrack(store)
@@ -86,12 +85,12 @@ def run_or_resume(
         return _lost(handler, store, outcome.error)
     if _lease_lost(store):  # the handler swallowed it, or the heartbeat saw it last
         return _lost(handler, store, _fence_error(store))
-    stats = _fetch_stats(provider, store.run_id)  # before the final write, as in the spec
+    stats = _fetch_stats(provider, store.run_id, redactor)  # before the final write (spec)
     try:
-        moved, write_error = _finish(store, outcome)
+        moved, write_error = _finish(store, outcome, redactor)
     except RunFencedError as exc:
         return _lost(handler, store, exc)
-    report = _report(provider, store.run_id, outcome, stats, moved, write_error)
+    report = _report(provider, store.run_id, outcome, stats, moved, write_error, redactor)
     level = logging.INFO if report.ok else logging.WARNING
     log.log(level, "job %s: %s", handler.name, report.message)
     return report
@@ -128,6 +127,7 @@ def record_or_log(
     severity: Severity | str,
     resource_id: UUID | str | None = None,
     detail: dict[str, Any] | None = None,
+    redactor: Redactor = BUILTIN,
 ) -> Finding | None:
     """Record a finding; a failed write is logged, never raised, so the scan goes on.
 
@@ -144,12 +144,12 @@ def record_or_log(
             store.run_id,
             kind,
             resource_id,
-            describe_exception(exc),
+            describe_exception(exc, redactor),
         )
         return None
 
 
-def _progress_kind(handler: RecoverableJobHandler) -> ProgressKind:
+def _progress_kind(handler: RecoverableJobHandler, redactor: Redactor) -> ProgressKind:
     """The handler's progress_kind(), or count when it has none (or it misbehaves)."""
     method = getattr(handler, "progress_kind", None)
     if not callable(method):
@@ -157,11 +157,13 @@ def _progress_kind(handler: RecoverableJobHandler) -> ProgressKind:
     try:
         return ProgressKind(method())
     except Exception as exc:
-        log.warning("job %s: progress_kind() failed: %s", handler.name, describe_exception(exc))
+        log.warning(
+            "job %s: progress_kind() failed: %s", handler.name, describe_exception(exc, redactor)
+        )
         return ProgressKind.count
 
 
-def _seed_progress(handler: RecoverableJobHandler, store: RunStore) -> None:
+def _seed_progress(handler: RecoverableJobHandler, store: RunStore, redactor: Redactor) -> None:
     """Count the total once, at a fresh start; a failure leaves progress unknown, no more."""
     total: int | None = None
     method = getattr(handler, "count_total", None)
@@ -173,12 +175,14 @@ def _seed_progress(handler: RecoverableJobHandler, store: RunStore) -> None:
                 "job %s run %s: count_total() failed, progress unknown: %s",
                 handler.name,
                 store.run_id,
-                describe_exception(exc),
+                describe_exception(exc, redactor),
             )
     try:
-        store.seed_progress_params(total, _progress_kind(handler))
+        store.seed_progress_params(total, _progress_kind(handler, redactor))
     except Exception as exc:
-        log.warning("run %s: could not seed progress: %s", store.run_id, describe_exception(exc))
+        log.warning(
+            "run %s: could not seed progress: %s", store.run_id, describe_exception(exc, redactor)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +214,7 @@ def _dispatch(
     store: RunStore,
     args: Mapping[str, Any],
     resume_cursor: bytes | None,
+    redactor: Redactor,
 ) -> RunOutcome | _Panicked | _Lost:
     """Call the handler; an exception or a wrong return value is a panic (never Failed).
 
@@ -221,7 +226,7 @@ def _dispatch(
     except RunFencedError as exc:
         return _Lost(exc)
     except Exception as exc:
-        message = describe_exception(exc)
+        message = describe_exception(exc, redactor)
         log.error("job %s run %s raised: %s", handler.name, store.run_id, message)
         log.debug("job %s run %s traceback", handler.name, store.run_id, exc_info=True)
         return _Panicked(message)
@@ -232,12 +237,14 @@ def _dispatch(
     return outcome
 
 
-def _fetch_stats(provider: RunStoreProvider, run_id: str) -> _Stats:
+def _fetch_stats(provider: RunStoreProvider, run_id: str, redactor: Redactor) -> _Stats:
     """Counts and cursor for the report; severities only queried when there are findings."""
     try:
         summary = provider.get_run_by_id(run_id)
     except Exception as exc:
-        log.warning("run %s: could not read its stats: %s", run_id, describe_exception(exc))
+        log.warning(
+            "run %s: could not read its stats: %s", run_id, describe_exception(exc, redactor)
+        )
         return _Stats()
     if summary is None:
         return _Stats()
@@ -249,12 +256,14 @@ def _fetch_stats(provider: RunStoreProvider, run_id: str) -> _Stats:
             log.warning(
                 "run %s: could not count findings by severity: %s",
                 run_id,
-                describe_exception(exc),
+                describe_exception(exc, redactor),
             )
     return _Stats(summary.scanned_count, summary.finding_count, summary.cursor_hex, counts)
 
 
-def _finish(store: RunStore, outcome: RunOutcome | _Panicked) -> tuple[bool, str | None]:
+def _finish(
+    store: RunStore, outcome: RunOutcome | _Panicked, redactor: Redactor
+) -> tuple[bool, str | None]:
     """Write the final state; (whether the run was still active to take it, write error).
 
     RunFencedError (the run is no longer ours) propagates: the caller reports it lost.
@@ -277,11 +286,11 @@ def _finish(store: RunStore, outcome: RunOutcome | _Panicked) -> tuple[bool, str
                 return store.mark_paused(None, error_message=refused), None
         if isinstance(outcome, _Panicked):
             return store.mark_paused(None, error_message=outcome.error), None
-        return store.mark_failed(redact_secrets(outcome.message)), None
+        return store.mark_failed(redactor(outcome.message)), None
     except RunFencedError:
         raise
     except Exception as exc:
-        error = f"{op} failed: {describe_exception(exc)}"
+        error = f"{op} failed: {describe_exception(exc, redactor)}"
         log.warning(
             "run %s: %s; the run stays active until a recovery sweep pauses it",
             store.run_id,
@@ -301,6 +310,7 @@ def _report(
     stats: _Stats,
     moved: bool,
     write_error: str | None,
+    redactor: Redactor,
 ) -> JobOutcome:
     """The report of what the handler returned, as the spec builds it, from stats read first."""
     tail = f"(run_id={run_id})"
@@ -311,7 +321,7 @@ def _report(
         "severity_counts": dict(stats.severity_counts),
     }
     if not moved and write_error is None:  # swept, purged or ended elsewhere meanwhile
-        current = _read_back(provider, run_id)
+        current = _read_back(provider, run_id, redactor)
         state = current.status.as_str() if current is not None else "gone"
         message = (
             f"run was already {state} when the engine tried to record "
@@ -324,14 +334,18 @@ def _report(
             message=message,
             **counts,
         )
-    report = _intended(outcome, stats, counts, tail)
+    report = _intended(outcome, stats, counts, tail, redactor)
     if write_error is not None:  # the spec's log-only final write: report, status unknown
         return dataclasses.replace(report, status=None, message=f"{report.message}; {write_error}")
     return report
 
 
 def _intended(
-    outcome: RunOutcome | _Panicked, stats: _Stats, counts: dict[str, Any], tail: str
+    outcome: RunOutcome | _Panicked,
+    stats: _Stats,
+    counts: dict[str, Any],
+    tail: str,
+    redactor: Redactor,
 ) -> JobOutcome:
     """The report of the final state the engine wrote for this outcome."""
     if isinstance(outcome, Completed):
@@ -369,7 +383,7 @@ def _intended(
             ),
             **counts,
         )
-    error = redact_secrets(outcome.message)
+    error = redactor(outcome.message)
     return JobOutcome(
         ok=False,
         status=RunStatus.Failed,
@@ -380,10 +394,10 @@ def _intended(
     )
 
 
-def _read_back(provider: RunStoreProvider, run_id: str) -> RunSummary | None:
+def _read_back(provider: RunStoreProvider, run_id: str, redactor: Redactor) -> RunSummary | None:
     """The run as stored now, or None when it is gone or cannot be read."""
     try:
         return provider.get_run_by_id(run_id)
     except Exception as exc:
-        log.warning("run %s: could not read it back: %s", run_id, describe_exception(exc))
+        log.warning("run %s: could not read it back: %s", run_id, describe_exception(exc, redactor))
         return None

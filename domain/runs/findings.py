@@ -19,6 +19,7 @@ from domain.bounds import (
     describe,
 )
 from domain.errors import BoundsError, WrongTypeError
+from domain.redaction import Redactor
 
 
 class Severity(StrEnum):
@@ -89,13 +90,16 @@ def check_resource_id(resource_id: object) -> str | None:
     return check_text("resource_id", resource_id, MAX_RESOURCE_ID_LENGTH, allow_empty=True)
 
 
-def detail_to_json(detail: object) -> str:
-    """Serialise a detail dict within MAX_DETAIL_BYTES and 64 levels, before any write."""
+def detail_to_json(detail: object, redactor: Redactor) -> str:
+    """Serialise a detail dict within MAX_DETAIL_BYTES and 64 levels, redacted, before any write."""
     if detail is None:
         return "{}"
     if not isinstance(detail, dict):
         raise WrongTypeError("detail", "must be a dict", describe(detail))
-    return check_json_value("detail", detail, MAX_DETAIL_BYTES)
+    text = check_json_value("detail", detail, MAX_DETAIL_BYTES)
+    if redactor(text) == text:
+        return text
+    return check_json_value("detail", redactor.json_value(detail), MAX_DETAIL_BYTES)
 
 
 def detail_from_json(text: str) -> dict[str, Any]:

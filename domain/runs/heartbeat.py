@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from domain.redaction import redact_secrets
+from domain.redaction import BUILTIN, Redactor, describe_exception
 from domain.runs.ports import RunStore
 
 logger = logging.getLogger("planq.runs.heartbeat")
@@ -37,12 +37,15 @@ def interval_for(stale_after: float) -> float:
 class RunHeartbeat:
     """The run heartbeat of one process (one per provider per process; not fork-safe)."""
 
-    def __init__(self, beat: Beat, interval: float = DEFAULT_INTERVAL) -> None:
+    def __init__(
+        self, beat: Beat, interval: float = DEFAULT_INTERVAL, redactor: Redactor = BUILTIN
+    ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int | float):
             raise TypeError(f"interval must be a number of seconds, got {interval!r}")
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self._beat = beat
+        self.redactor = redactor
         self.interval = float(interval)
         self._stores: dict[str, RunStore] = {}
         self._lock = threading.Lock()
@@ -108,7 +111,7 @@ class RunHeartbeat:
                 logger.warning(
                     "run heartbeat failed; retrying in %.1fs: %s",
                     self.interval,
-                    redact_secrets(f"{type(exc).__name__}: {exc}")[:300],
+                    describe_exception(exc, self.redactor)[:300],
                 )
 
     def stop(self) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from domain.redaction import REDACTED, Redactor, describe_exception, redact_secrets
+from domain.redaction import BUILTIN, REDACTED, Redactor, describe_exception, redact_secrets
 
 # No example database, as in the other unit tests: failures print their reproducing example.
 PROPERTY = settings(
@@ -588,8 +588,8 @@ def test_describe_exception_never_raises_and_redacts() -> None:
         def __str__(self) -> str:
             raise RuntimeError("password=hunter2")
 
-    assert describe_exception(Broken()) == "Broken: <unprintable message>"
-    described = describe_exception(ValueError("token=abc123secret\x00 tail"))
+    assert describe_exception(Broken(), BUILTIN) == "Broken: <unprintable message>"
+    described = describe_exception(ValueError("token=abc123secret\x00 tail"), BUILTIN)
     assert described.startswith("ValueError: ") and "abc123secret" not in described
     assert "\x00" not in described
-    assert describe_exception(KeyError()) == "KeyError"
+    assert describe_exception(KeyError(), BUILTIN) == "KeyError"

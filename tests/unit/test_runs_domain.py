@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from domain.errors import PlanqError, RunNotActiveError, RunNotFoundError
-from domain.redaction import REDACTED
+from domain.redaction import BUILTIN, REDACTED
 from domain.runs import (
     ACTIVE_RUN_STATUSES,
     NON_TERMINAL_RUN_STATUSES,
@@ -164,14 +164,14 @@ def test_bad_finding_kinds(kind: object) -> None:
 
 def test_detail_json_round_trip_and_refusals() -> None:
     detail = {"b": [1, 2], "a": {"nested": None}}
-    assert detail_from_json(detail_to_json(detail)) == detail
-    assert detail_to_json(None) == "{}"
+    assert detail_from_json(detail_to_json(detail, BUILTIN)) == detail
+    assert detail_to_json(None, BUILTIN) == "{}"
     with pytest.raises(TypeError):
-        detail_to_json(["not", "a", "dict"])
+        detail_to_json(["not", "a", "dict"], BUILTIN)
     with pytest.raises(ValueError):
-        detail_to_json({"x": float("nan")})
+        detail_to_json({"x": float("nan")}, BUILTIN)
     with pytest.raises(ValueError):
-        detail_to_json({"x": object()})
+        detail_to_json({"x": object()}, BUILTIN)
 
 
 def test_finding_as_dict_is_json_ready() -> None:
@@ -234,12 +234,15 @@ def test_params_checks_and_json() -> None:
 
 
 def test_clean_error_redacts_and_bounds() -> None:
-    assert clean_error("login failed: password=hunter2") == f"login failed: password={REDACTED}"
-    assert len(clean_error("x" * 10_000)) == 4000
+    assert (
+        clean_error("login failed: password=hunter2", BUILTIN)
+        == f"login failed: password={REDACTED}"
+    )
+    assert len(clean_error("x" * 10_000, BUILTIN)) == 4000
 
 
 def test_describe_exception_names_the_type_and_redacts() -> None:
-    text = describe_exception(ValueError("token=abc123def rejected"))
+    text = describe_exception(ValueError("token=abc123def rejected"), BUILTIN)
     assert text == f"ValueError: token={REDACTED} rejected"
 
 
