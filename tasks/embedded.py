@@ -86,23 +86,33 @@ class EmbeddedWorker:
         )
         thread = threading.Thread(target=controller.start, name="planq-embedded", daemon=True)
         thread.start()
-        deadline = time.monotonic() + timeout
-        while not ready.wait(0.1) and thread.is_alive() and time.monotonic() < deadline:
-            pass
-        if not ready.is_set():
-            where = _describe(thread)
-            self._abandon(controller, thread)
-            broker = self.runtime.redactor(str(app.conf.broker_url))
-            raise EmbeddedWorkerError(
-                f"embedded worker {self.hostname} did not start within {timeout:.0f}s: "
-                f"its consumer never became ready ({where}); "
-                f"is the broker at {broker} answering?"
-            )
-        _set_task_join_will_block(False)  # this thread is no task: result.get() may wait
+        try:
+            self._wait_ready(ready, controller, thread, timeout)
+        finally:
+            # Building the worker marked the whole process as "inside a task"; this thread
+            # is not one, so result.get() may wait here, whether the start worked or not.
+            _set_task_join_will_block(False)
         self.controller, self._thread = controller, thread
         self._stop.clear()
         self._relay = threading.Thread(target=self._relay_loop, name="planq-relay", daemon=True)
         self._relay.start()
+
+    def _wait_ready(
+        self, ready: threading.Event, controller: Any, thread: threading.Thread, timeout: float
+    ) -> None:
+        """Return once the consumer is ready; else stop it cold and say what did not start."""
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.1) and thread.is_alive() and time.monotonic() < deadline:
+            pass
+        if ready.is_set():
+            return
+        where = _describe(thread)
+        self._abandon(controller, thread)
+        broker = self.runtime.redactor(str(self.runtime.app.conf.broker_url))
+        raise EmbeddedWorkerError(
+            f"embedded worker {self.hostname} did not start within {timeout:.0f}s: "
+            f"its consumer never became ready ({where}); is the broker at {broker} answering?"
+        )
 
     def _relay_loop(self) -> None:
         interval = self.runtime.worker.config.poll_interval

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
+from celery.result import task_join_will_block
 from celery.worker import state as worker_state
 
 from domain.errors import EmbeddedWorkerError
@@ -131,5 +132,6 @@ def test_a_worker_whose_broker_never_answers_fails_its_start(tmp_path: Path) -> 
         assert "did not start within 20s" in message and "redis://127.0.0.1:1/0" in message
         assert worker.is_running is False
         assert flags_are_clear()
+        assert not task_join_will_block()  # this thread may still wait on results
     finally:
         reset_runtime(app)
