@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cli.views import job_dict
+from domain.bounds import describe
 
 Severity = Literal["data_loss", "inconsistent", "anomaly"]
 #: Worst first: the pill of a run or job is the colour of its worst severity present.
@@ -312,7 +313,8 @@ class PlanIn(BaseModel):
         for step in self.steps:
             if isinstance(step, str):
                 if not step.strip() or len(step) > 200:
-                    raise ValueError(f"step name {step!r} must be 1-200 non-blank characters")
+                    shown = describe(step)  # never the whole of a long name
+                    raise ValueError(f"step name {shown} must be 1-200 non-blank characters")
                 out.append({"name": step.strip()})
             else:
                 out.append(step.model_dump(exclude_none=True))
