@@ -193,12 +193,13 @@ class TriggerAccepted(BaseModel):
 
 
 class TriggerSkipped(BaseModel):
-    """409: a run is already active; nothing was sent."""
+    """409: a run is already active, or a trigger is already queued; nothing was sent."""
 
     job_name: str
-    skipped: Literal["already_running"] = "already_running"
-    run_id: str
-    status: str
+    skipped: Literal["already_running", "already_queued"] = "already_running"
+    run_id: str | None = None  #: the active run (already_running)
+    status: str | None = None
+    task_id: str | None = None  #: the queued trigger (already_queued)
     message: str
 
 
