@@ -315,7 +315,7 @@ class PlanIn(BaseModel):
             if isinstance(step, str):
                 if not step.strip() or len(step) > 200:
                     shown = describe(step)  # never the whole of a long name
-                    raise ValueError(f"step name {shown} must be 1-200 non-blank characters")
+                    raise ValueError(f"step name: 1-200 non-blank characters, got {shown}")
                 out.append({"name": step.strip()})
             else:
                 out.append(step.model_dump(exclude_none=True))
