@@ -76,6 +76,21 @@ class Unavailable(CliError):
     label = "unavailable"
 
 
+#: The longest message an error echoes: the input it quotes is cut, never sent back whole.
+MAX_MESSAGE = 200
+
+
+def cut(text: str, limit: int = MAX_MESSAGE) -> str:
+    """text, or its head and tail around an ellipsis when longer than limit characters.
+
+    The middle goes: an echoed input usually sits there, between what was wrong and the hint.
+    """
+    if len(text) <= limit:
+        return text
+    tail = limit // 4
+    return f"{text[: limit - tail - 1]}…{text[len(text) - tail :]}"
+
+
 def one_line(exc: BaseException) -> str:
     """A single, redacted line describing exc (pydantic and DBAPI errors included)."""
     from domain.redaction import redact_secrets

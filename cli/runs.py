@@ -50,7 +50,7 @@ def trigger(
     ] = 0.0,
     as_json: JsonOpt = False,
 ) -> None:
-    """Start a run of NAME, resume its Paused run, or skip (exit 1) while one is active.
+    """Start a run of NAME, resume its Paused run, or skip (exit 1) while one is active or queued.
 
     The decision is made here and again, race-safely, by the worker that takes the message.
     """
@@ -62,6 +62,11 @@ def trigger(
     run = result.run.as_dict() if result.run is not None else None
     if result.decision == "already_running":
         raise Refused(f"skipped: run {result.run.id} of {name!r} is {run and run['status']}")
+    if result.decision == "already_queued":
+        raise Refused(
+            f"skipped: a trigger of {name!r} is queued already (task id {result.task_id}), "
+            "not yet taken by a worker: this one is coalesced into it"
+        )
     doc = {
         "job_name": name,
         "task": RUN_TASK_PREFIX + name,

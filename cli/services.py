@@ -169,8 +169,8 @@ class TriggerResult:
     """What a trigger decided synchronously, and the run the worker took (when seen in time)."""
 
     job_name: str
-    decision: str  #: "fresh", "resumed" or "already_running"
-    task_id: str | None
+    decision: str  #: "fresh", "resumed", "already_running" or "already_queued"
+    task_id: str | None  #: the queued trigger's when "already_queued"
     run: Any  #: RunSummary of the active/resumed/new run; None if the worker has not opened it
 
 
@@ -396,10 +396,15 @@ def trigger_run(
 ) -> TriggerResult:
     """Decide now (skip while a run is active, resume a Paused one, or start), then send.
 
-    The worker makes the same decision again race-safely (one non-terminal run per name);
-    this call waits up to `wait` seconds to report the run the worker opened.
+    A trigger already queued and not yet taken by a worker coalesces this one (nothing is
+    sent: "already_queued"). The worker makes the decision again race-safely (one
+    non-terminal run per name); this call waits up to `wait` seconds to report the run the
+    worker opened.
     """
+    from kombu.utils.uuid import uuid
+
     from domain.runs import RunStatus
+    from tasks import trigger_slot
     from tasks.recoverable import task_name
 
     recoverable_handler(session, name)
@@ -411,7 +416,15 @@ def trigger_run(
     session.require_broker()
     resumed = latest is not None and latest.status is RunStatus.Paused
     kwargs = {"args": args} if args else {}
-    sent = session.app.tasks[task_name(name)].apply_async(kwargs=kwargs)
+    task_id = uuid()
+    queued = trigger_slot.hold(session.app, name, task_id)
+    if queued is not None:
+        return TriggerResult(name, "already_queued", queued, latest)
+    try:
+        sent = session.app.tasks[task_name(name)].apply_async(kwargs=kwargs, task_id=task_id)
+    except Exception:
+        trigger_slot.release(session.app, name, task_id)
+        raise
     deadline = time.monotonic() + wait
     while True:
         runs = session.runs.list_runs(name, limit=1)

@@ -138,6 +138,21 @@ class JobLedger:
                 self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
             return outcome
 
+    def cancel_queued(self, job_id: str) -> bool:
+        """End the job if it is still queued (its plan with it); whether this call ended it.
+
+        What a node that does not run the job does with a revoke nobody recorded: one
+        statement, and one node's compare-and-set wins.
+        """
+        job_id = check_text("job_id", job_id, ID_LENGTH).upper()
+        with self.jobs.transaction():
+            if not self.jobs.cancel_queued(job_id, utcnow()):
+                return False
+            job = self.jobs.get(job_id)
+            assert job is not None
+            self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+            return True
+
     def expire_stuck(self, job_timeout: float, limit: int = 100) -> list[AsyncJob]:
         """Fail running jobs whose heartbeat is older than job_timeout; the ones this call won."""
         timeout = check_number("job_timeout", job_timeout, 0.0, MAX_DURATION_SECONDS)

@@ -127,6 +127,9 @@ class JobStore(Protocol):
     ) -> bool:
         """CAS running (under worker_id, if given) -> terminal, the plan with it; who won."""
 
+    def cancel_queued(self, job_id: str, now: datetime) -> bool:
+        """Cancel a job only if it is still queued; whether this call ended it."""
+
     def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """Cancel a queued job at once, or record the request on a running one."""
 

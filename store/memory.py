@@ -256,22 +256,31 @@ class InMemoryJobStore:
                 self._follow(row, move, now)
             return True
 
+    def cancel_queued(self, job_id: str, now: datetime) -> bool:
+        """Cancel a queued job only; whether this call ended it."""
+        check_job_id(job_id)
+        with self._shared.lock:
+            row = self._rows.get(job_id.upper())
+            if row is None or row.status is not AsyncJobStatus.queued:
+                return False
+            self._rows[row.job_id] = row.model_copy(
+                update={
+                    "status": AsyncJobStatus.cancelled,
+                    "finished_at": now,
+                    "cancel_requested_at": now,
+                }
+            )
+            return True
+
     def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """Cancel queued at once; record the request on running."""
         check_job_id(job_id)
         with self._shared.lock:
+            if self.cancel_queued(job_id, now):
+                return CancelOutcome.cancelled
             row = self._rows.get(job_id.upper())
             if row is None:
                 return CancelOutcome.not_found
-            if row.status is AsyncJobStatus.queued:
-                self._rows[row.job_id] = row.model_copy(
-                    update={
-                        "status": AsyncJobStatus.cancelled,
-                        "finished_at": now,
-                        "cancel_requested_at": now,
-                    }
-                )
-                return CancelOutcome.cancelled
             if row.status is AsyncJobStatus.running:
                 if row.cancel_requested_at is not None:
                     return CancelOutcome.already_requested

@@ -241,18 +241,23 @@ class SqlJobStore:
         with self.db.session() as s:
             return bool(s.execute(update(J).where(*where).values(**values)).rowcount)  # type: ignore[attr-defined]
 
-    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
-        """CANCEL: end a queued row, or stamp cancel_requested_at on a running one."""
+    def cancel_queued(self, job_id: str, now: datetime) -> bool:
+        """CANCEL a queued row only (one statement); whether this call ended it."""
         check_job_id(job_id)
-        job_id = job_id.upper()
         end = job_move(AsyncJobStatus.cancelled, from_status=AsyncJobStatus.queued)
-        if self._cas(
-            J.job_id == job_id,
+        return self._cas(
+            J.job_id == job_id.upper(),
             J.status.in_(_values(end.sources)),
             status=end.to.value,
             finished_at=now,
             cancel_requested_at=now,
-        ):
+        )
+
+    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
+        """CANCEL: end a queued row, or stamp cancel_requested_at on a running one."""
+        check_job_id(job_id)
+        job_id = job_id.upper()
+        if self.cancel_queued(job_id, now):
             return CancelOutcome.cancelled
         if self._cas(
             J.job_id == job_id,

@@ -31,8 +31,9 @@ logger = logging.getLogger("planq.worker")
 
 #: Publishes jobs' messages (set by the Celery wiring; None in pure-engine use).
 Publish = Callable[[Sequence[AsyncJob]], None]
-#: Tells every worker process to look at the ledger for this job now (Celery's revoke).
-BroadcastCancel = Callable[[str], None]
+#: Tells every worker that the cancel of this job is recorded, with its outcome: the node
+#: that runs the job stops it and counts it; the others write and count nothing.
+BroadcastCancel = Callable[[str, CancelOutcome], None]
 
 
 class PickupResult(StrEnum):
@@ -184,7 +185,7 @@ class AsyncWorker:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return PickupResult.finished_elsewhere, None
         self._count(verdict.result)
-        self._observe(job, verdict.status)
+        self.observe_end(job, verdict.status)
         if verdict.status is AsyncJobStatus.failed:
             self._maybe_retry(job)
         return verdict.result, self.ledger.redact_error(verdict.error)
@@ -255,8 +256,8 @@ class AsyncWorker:
         else:
             self.health.record_failed()
 
-    def _observe(self, job: AsyncJob, status: AsyncJobStatus) -> None:
-        """Metrics for a job this worker ended (never raises)."""
+    def observe_end(self, job: AsyncJob, status: AsyncJobStatus) -> None:
+        """Metrics for a job this process ended (never raises); a terminate-revoke's too."""
         now = utcnow()
         started = job.started_at or now
         metrics.job_finished(job.phase.value, status.value, (now - started).total_seconds())
@@ -293,24 +294,30 @@ class AsyncWorker:
 
     # -- operator actions --------------------------------------------------------------
     def cancel_job(self, job_id: str) -> bool:
-        """Record the cancel durably, trip the token here, broadcast; False if unknown/ended."""
+        """Record the cancel durably, trip the token here, broadcast; False if unknown/ended.
+
+        Written once, here. Counted once: here when this process runs the job or nothing
+        does (it was queued and ended at once, or had ended), else by the node that runs it,
+        which the broadcast reaches with the outcome (here again if the broadcast fails).
+        """
         if not isinstance(job_id, str) or not job_id.strip():
             raise ValueError("job_id must be a non-empty string")
         job_id = job_id.strip().upper()  # normalised once, here at the boundary
         outcome = self.ledger.cancel(job_id)
-        metrics.cancel_requested(outcome.value)
         if not outcome.accepted:
+            metrics.cancel_requested(outcome.value)
             return False
-        self.tracker.cancel_local(job_id)
-        if outcome is not CancelOutcome.cancelled and self.broadcast_cancel is not None:
-            try:
-                self.broadcast_cancel(job_id)
-            except Exception as exc:  # the durable request still reaches it via the heartbeat
-                logger.warning(
-                    "cancel broadcast for %s failed (%s); the heartbeat will deliver it",
-                    job_id,
-                    exc,
-                )
+        ran_here = self.tracker.cancel_local(job_id)
+        if ran_here or outcome is CancelOutcome.cancelled or self.broadcast_cancel is None:
+            metrics.cancel_requested(outcome.value)
+            return True
+        try:
+            self.broadcast_cancel(job_id, outcome)
+        except Exception as exc:  # the durable request still reaches it via the heartbeat
+            metrics.cancel_requested(outcome.value)
+            logger.warning(
+                "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
+            )
         return True
 
     def detect_stuck_jobs(self) -> StuckReport:

@@ -3,7 +3,9 @@
 - `register_recoverable_job(app, handler, interval)` makes the task `planq.runs.<name>`
   (routed to the `planq.runs` queue). A trigger (`.delay()`, beat, an operator) calls
   `run_or_resume`: it starts a run, resumes the Paused one from its cursor, or is skipped
-  (`already_running`) while another run of the name is active. The task has NO wall-clock
+  (`already_running`) while another run of the name is active; a trigger sent while
+  another is still queued is coalesced into it (`tasks/trigger_slot.py`, `already_queued`).
+  The task has NO wall-clock
   limit and is acked on receipt: the run's row, not the message, carries the state, and a
   redelivered message must not resume a crashed run behind an operator's back.
 - Cancellation is cooperative: `request_cancel(app, name)` flips the row to CancelRequested;
@@ -48,7 +50,7 @@ from domain.runs import (
     run_or_resume,
 )
 from domain.runs.heartbeat import interval_for
-from tasks import metrics
+from tasks import metrics, trigger_slot
 from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from tasks.ledger_consistency import LedgerConsistencyHandler
 from tasks.runtime import runtime_for
@@ -205,6 +207,7 @@ def register_recoverable_job(
 
     def trigger(self: Any, args: dict[str, Any] | None = None) -> dict[str, Any]:
         """Start, resume or skip (already running) this recoverable job; its JobOutcome."""
+        trigger_slot.release(app, name, self.request.id)  # taken: the next trigger may queue
         if args is not None and not isinstance(args, dict):
             raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
         owner = owner_for(app, self.request)

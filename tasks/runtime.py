@@ -15,6 +15,7 @@ from celery.signals import worker_init
 from domain.config import AsyncWorkerConfig
 from domain.jobs import AsyncJob
 from domain.lifecycle import PlanLifecycleService
+from domain.ports import CancelOutcome
 from domain.redaction import BUILTIN, Redactor
 from store import Database, SqlRunStoreProvider, sql_ledger
 from store.migrate import upgrade
@@ -23,6 +24,9 @@ from tasks.engine import AsyncWorker, worker_id_for
 from tasks.executors import ExecutorRegistry
 
 logger = logging.getLogger("planq.runtime")
+#: The revoke argument that says "already recorded in the ledger", with the outcome: set by
+#: planq's own cancel (broadcast_cancel), absent from Flower's and `celery control revoke`.
+RECORDED = "planq_recorded"
 
 
 @dataclass(frozen=True)
@@ -114,9 +118,14 @@ class Runtime:
                 )
         self.stamps.add(job.job_id for job in jobs)
 
-    def broadcast_cancel(self, job_id: str) -> None:
-        """Ask every worker to look at the ledger for job_id now (revoke, no terminate)."""
-        self.app.control.revoke(job_id)
+    def broadcast_cancel(self, job_id: str, outcome: CancelOutcome) -> None:
+        """Tell every worker the cancel of job_id is recorded (a revoke, no terminate).
+
+        The outcome rides along (`revoke_bridge.RECORDED`): the node that runs the job stops
+        it and counts the cancel, and no node writes the ledger again.
+        """
+        arguments = {"task_id": job_id, "terminate": False, "signal": None}
+        self.app.control.broadcast("revoke", arguments={**arguments, RECORDED: outcome.value})
 
     def dispose_after_fork(self) -> None:
         """Forget the parent's pooled connections (never close them: the parent uses them)."""

@@ -72,6 +72,16 @@ def slow(ctx: JobContext) -> None:
         _leave()
 
 
+def quiet(ctx: JobContext) -> None:
+    """Wait up to 120 s for a cancel and write nothing meanwhile (ledger counts stay still)."""
+    _enter(ctx)
+    try:
+        if ctx.token.wait(120):
+            REDIS.set(tripped_key(ctx.job.job_id), repr(time.time()))
+    finally:
+        _leave()
+
+
 def leak_secret(ctx: JobContext) -> None:
     """Fail with secrets in the message (they must never surface unredacted)."""
     raise PermissionError(

@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from cli.api import dashboard, routes_ledger, routes_runs
 from cli.api.docs import install_docs
 from cli.api.errors import install_error_handlers
+from cli.api.same_origin import SameOriginGuard
 from cli.api.state import ApiState
 from cli.context import Planq
 
@@ -46,6 +47,7 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
     )
     app.state.api = state
     install_error_handlers(app)
+    app.add_middleware(SameOriginGuard, state=state)  # no-token mode: cross-site, rebinding
     app.include_router(routes_runs.router)
     app.include_router(routes_ledger.router)
     app.include_router(dashboard.router)

@@ -72,6 +72,10 @@ JS = r"""
     const token = sessionStorage.getItem(KEY);
     return token ? { Authorization: "Bearer " + token } : {};
   };
+  // without PLANQ_API_TOKEN the page carries a CSRF token (bound to its cookie) for writes
+  const csrf = document.querySelector('meta[name="planq-csrf"]');
+  const writeHeaders = () =>
+    csrf ? Object.assign(auth(), { "X-Planq-CSRF": csrf.content }) : auth();
   const say = (text, bad) => {
     const el = document.getElementById("notice");
     el.textContent = text;
@@ -129,7 +133,11 @@ JS = r"""
     if (!window.confirm(button.dataset.confirm)) return;
     button.disabled = true;
     try {
-      const response = await fetch(button.dataset.post, { method: "POST", headers: auth() });
+      const response = await fetch(button.dataset.post, {
+        method: "POST",
+        headers: writeHeaders(),
+        credentials: "same-origin",
+      });
       const doc = await response.json().catch(() => ({}));
       if (response.ok) {
         const run = doc.run_id ? " run " + doc.run_id : "";

@@ -5,6 +5,8 @@ behind the same read rule as the JSON API, fetched by the page's small script wi
 bearer token (kept in the tab's sessionStorage, given once as `/#token=…` or in the form;
 `&findings=<job>/<run id>` opens a run's findings).
 When reads need no token, the shell arrives with the sections already rendered.
+Without any token configured, the page also carries the CSRF token its buttons send (and
+sets the cookie it is bound to): same_origin.py refuses a browser's write without both.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from fastapi.responses import HTMLResponse, Response
 
 from cli import services
 from cli.api import assets, fragments
-from cli.api.auth import reads_need_token, require_read
+from cli.api.auth import configured_token, reads_need_token, require_read
+from cli.api.csrf import CsrfTokens
 from cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
 from cli.api.routes_ledger import plan_detail
 from cli.api.routes_runs import MAX_FINDINGS, recoverable_job
@@ -133,6 +136,17 @@ def _inline(request: Request, render: Callable[[Planq], str]) -> str:
         return fragments.error_box(state.redact(one_line(Exception(text))))
 
 
+def csrf_cookie(request: Request) -> tuple[str, str] | None:
+    """No-token mode: (cookie name, nonce) the page's CSRF token is bound to; else None.
+
+    With a token configured the buttons send the bearer token, which no other site can attach.
+    """
+    if configured_token(api_state(request).settings) is not None:
+        return None
+    name = CsrfTokens.cookie_name(request.scope)
+    return name, CsrfTokens.nonce(request.cookies.get(name))
+
+
 @router.get("/")
 @router.get("/dashboard")
 def page(request: Request) -> HTMLResponse:
@@ -151,11 +165,14 @@ def page(request: Request) -> HTMLResponse:
                 "Pick a run's findings above.</p></div></section>"
             )
     hidden = "" if locked else " hidden"
-    return _html(
+    csrf = csrf_cookie(request)
+    token = api_state(request).csrf.token(csrf[1]) if csrf else ""
+    meta = f'<meta name="planq-csrf" content="{token}">\n' if csrf else ""
+    response = _html(
         f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>planq dashboard</title>
+{meta}<title>planq dashboard</title>
 <link rel="stylesheet" href="/dashboard/assets/dashboard.css"></head>
 <body data-refresh-ms="2000">
 <header><h1>planq</h1>{link}<a href="/docs">API</a>
@@ -166,3 +183,6 @@ def page(request: Request) -> HTMLResponse:
 <script src="/dashboard/assets/dashboard.js"></script>
 </body></html>"""
     )
+    if csrf is not None:
+        response.set_cookie(*csrf, httponly=True, samesite="strict", path="/")
+    return response

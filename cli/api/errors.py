@@ -16,11 +16,22 @@ from fastapi.responses import JSONResponse
 
 from cli.api.auth import Unauthorized
 from cli.api.state import api_state
-from cli.output import BadInput, CliError, Refused, TimedOut, Unavailable, classify, one_line
+from cli.output import (
+    BadInput,
+    CliError,
+    Refused,
+    TimedOut,
+    Unavailable,
+    classify,
+    cut,
+    one_line,
+)
 from cli.services import NotFound
 
 logger = logging.getLogger("planq.api")
 
+#: Validation problems listed in a 422 (a list of 1,000 bad steps is not echoed 1,000 times).
+MAX_PROBLEMS = 20
 #: (error class, HTTP status, error code), most specific first.
 STATUS_FOR: tuple[tuple[type[CliError], int, str], ...] = (
     (NotFound, 404, "not_found"),
@@ -40,8 +51,8 @@ class Conflict(Exception):
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
-    """The JSON every error answers with."""
-    return {"error": code, "message": message, **extra}
+    """The JSON every error answers with; its message cut to MAX_MESSAGE characters."""
+    return {"error": code, "message": cut(message), **extra}
 
 
 def respond(request: Request, error: CliError) -> JSONResponse:
@@ -73,18 +84,21 @@ async def _known(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    problems = [
+    errors = exc.errors()
+    problems = [  # never pydantic's "input": that is the request echoed back
         {
-            "loc": [str(p) for p in e.get("loc", ())],
-            "msg": str(e.get("msg", "")),
+            "loc": [cut(str(p), 60) for p in e.get("loc", ())],
+            "msg": cut(str(e.get("msg", ""))),
             "type": str(e.get("type", "")),
         }
-        for e in exc.errors()
+        for e in errors[:MAX_PROBLEMS]
     ]
     first = problems[0] if problems else {"loc": [], "msg": "invalid request"}
     where = ".".join(p for p in first["loc"] if p not in ("body", "query", "path")) or "request"
     message = api_state(request).redact(f"{where}: {first['msg']}")
-    return JSONResponse(error_body("bad_input", message, detail=problems), status_code=422)
+    extra = {"more_problems": len(errors) - MAX_PROBLEMS} if len(errors) > MAX_PROBLEMS else {}
+    body = error_body("bad_input", message, detail=problems, **extra)
+    return JSONResponse(body, status_code=422)
 
 
 async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:

@@ -19,6 +19,7 @@ from cli.api.models import (
     RunSummaryOut,
     pill_for,
 )
+from cli.output import cut
 
 #: Pill colours by outcome: red for data loss, amber for inconsistent, neutral for anomaly.
 PILL_COLOURS = {
@@ -296,4 +297,4 @@ def findings_table(
 
 def error_box(message: str) -> str:
     """What a section shows when its data cannot be read (ledger down, auth, …)."""
-    return f'<p class="error-box">{escape(message)}</p>'
+    return f'<p class="error-box">{escape(cut(message))}</p>'

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cli.views import job_dict
+from domain.bounds import describe
 
 Severity = Literal["data_loss", "inconsistent", "anomaly"]
 #: Worst first: the pill of a run or job is the colour of its worst severity present.
@@ -192,12 +193,13 @@ class TriggerAccepted(BaseModel):
 
 
 class TriggerSkipped(BaseModel):
-    """409: a run is already active; nothing was sent."""
+    """409: a run is already active, or a trigger is already queued; nothing was sent."""
 
     job_name: str
-    skipped: Literal["already_running"] = "already_running"
-    run_id: str
-    status: str
+    skipped: Literal["already_running", "already_queued"] = "already_running"
+    run_id: str | None = None  #: the active run (already_running)
+    status: str | None = None
+    task_id: str | None = None  #: the queued trigger (already_queued)
     message: str
 
 
@@ -312,7 +314,8 @@ class PlanIn(BaseModel):
         for step in self.steps:
             if isinstance(step, str):
                 if not step.strip() or len(step) > 200:
-                    raise ValueError(f"step name {step!r} must be 1-200 non-blank characters")
+                    shown = describe(step)  # never the whole of a long name
+                    raise ValueError(f"step name: 1-200 non-blank characters, got {shown}")
                 out.append({"name": step.strip()})
             else:
                 out.append(step.model_dump(exclude_none=True))

@@ -82,7 +82,10 @@ def trigger(
     body: Annotated[TriggerIn | None, Body()] = None,
     force: Annotated[bool, Query(description="Passed to the handler as args.force.")] = False,
 ) -> TriggerAccepted:
-    """Start a run (or resume the Paused one) and hand it to a worker; 409 while one is active."""
+    """Start a run (or resume the Paused one) and hand it to a worker.
+
+    409 while one is active, or while a trigger is queued and no worker took it yet.
+    """
     args = dict(body.args) if body else {}
     if force:
         args["force"] = "true"
@@ -95,7 +98,16 @@ def trigger(
                 run_id=run.id,
                 status=run.status.as_str(),
                 message=f"skipped: run {run.id} is {run.status.as_str()}",
-            ).model_dump()
+            ).model_dump(exclude_none=True)
+        )
+    if result.decision == "already_queued":
+        raise Conflict(
+            TriggerSkipped(
+                job_name=name,
+                skipped="already_queued",
+                task_id=result.task_id,
+                message=f"skipped: trigger {result.task_id} is queued, not yet taken by a worker",
+            ).model_dump(exclude_none=True)
         )
     return TriggerAccepted(
         job_name=name,

@@ -8,11 +8,12 @@ from typing import Any
 
 from fastapi import Request
 
+from cli.api.csrf import CsrfTokens
 from cli.context import Planq
 
 
 class ApiState:
-    """The session and the settings the routes read; the runtime is built once, under a lock.
+    """The session, the settings the routes read and the CSRF secret; the runtime built once.
 
     A Planq's parts are cached_property: built on first use. Requests run on a thread pool, so
     the first ones would race to build the runtime (two ledger pools); the lock prevents it,
@@ -28,6 +29,7 @@ class ApiState:
         # The API process's log handlers (the root's: planq's and the libraries' records)
         # redact with the session's one redactor, as a worker's do.
         install_redacting_filter(logging.getLogger(), session.redactor)
+        self.csrf = CsrfTokens()  # one secret per API process: its pages' tokens
 
     def ready(self) -> Planq:
         """The session with its runtime built (raises what building it raised)."""

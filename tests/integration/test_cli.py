@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from celery.signals import after_task_publish
 from sqlalchemy import inspect, select
 from typer.testing import CliRunner, Result
@@ -34,6 +35,7 @@ from store import Database, sql_ledger
 from store.migrate import upgrade
 from store.models import RecoverableRunModel
 from store.runs_sql import SqlRunStoreProvider
+from tasks.trigger_slot import slot_key
 from tests.support import REDIS_TEST_URL, flush_redis, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -587,9 +589,12 @@ def test_runs_trigger_sends_the_task(
     assert [(m.task_id, m.task, m.routing_key, m.kwargs) for m in published] == [
         (out["task_id"], out["task"], "planq.runs", {"args": {"batch_size": "50"}})
     ]
-    assert (
-        "sent planq.runs.ledger_consistency" in ok("runs", "trigger", "ledger_consistency").stdout
-    )
+    # no worker took it: a second trigger is coalesced into the queued one, nothing sent
+    line = fails(1, "runs", "trigger", "ledger_consistency")
+    assert f"queued already (task id {out['task_id']})" in line and len(published) == 1
+    redis.Redis.from_url(REDIS_TEST_URL).delete(slot_key("ledger_consistency"))
+    assert "sent planq.runs." in ok("runs", "trigger", "ledger_consistency").stdout
+    redis.Redis.from_url(REDIS_TEST_URL).delete(slot_key("ledger_consistency"))
 
 
 def test_runs_trigger_of_an_unknown_name_lists_the_known_ones(

@@ -157,6 +157,27 @@ def test_cancel_outcomes(jobs: JobStore) -> None:
     assert stored.status is AsyncJobStatus.running and stored.cancel_requested_at is not None
 
 
+def test_cancel_queued_ends_only_a_queued_job_once(jobs: JobStore) -> None:
+    """What a node that does not run the job does with a revoke nobody recorded."""
+    queued, running = make_job(), make_job()
+    for job in (queued, running):
+        jobs.add(job)
+    jobs.claim(running.job_id, "w", utcnow())
+
+    assert jobs.cancel_queued(queued.job_id.lower(), utcnow()) is True
+    assert jobs.cancel_queued(queued.job_id, utcnow()) is False  # one winner
+    assert jobs.cancel_queued(running.job_id, utcnow()) is False
+    assert jobs.cancel_queued(new_id(), utcnow()) is False
+    with pytest.raises(ValueError):
+        jobs.cancel_queued("", utcnow())
+    stored = jobs.get(queued.job_id)
+    assert stored is not None and stored.status is AsyncJobStatus.cancelled
+    assert stored.cancel_requested_at is not None and stored.finished_at is not None
+    untouched = jobs.get(running.job_id)
+    assert untouched is not None and untouched.status is AsyncJobStatus.running
+    assert untouched.cancel_requested_at is None
+
+
 def test_heartbeat_stamps_many_running_jobs_and_reports_cancel_requests(jobs: JobStore) -> None:
     running = [make_job() for _ in range(5)]
     idle = make_job()

@@ -1,0 +1,119 @@
+"""A headless Chromium the tests can drive: the DevTools protocol over --remote-debugging-pipe.
+
+`--dump-dom` and `--screenshot` only load a page; clicking a button and reading what it did
+needs the protocol. Over the pipe (fd 3 in, fd 4 out, messages ended by a NUL byte) it needs
+no websocket client and no port.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class Browser:
+    """One headless Chromium process with one tab."""
+
+    def __init__(self, chromium: Path, *flags: str) -> None:
+        self._profile = tempfile.TemporaryDirectory(prefix="planq-chromium-")
+        to_browser, self._out = os.pipe()
+        self._in, from_browser = os.pipe()
+        high = [os.dup(fd) for fd in (to_browser, from_browser)]  # never fds 3/4 themselves
+
+        def wire() -> None:  # in the child, before exec: the pipe ends on fds 3 and 4
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        command = [
+            str(chromium),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--window-size=1400,1100",
+            f"--user-data-dir={self._profile.name}",
+            "--remote-debugging-pipe",
+            *flags,
+            "about:blank",
+        ]
+        self.process = subprocess.Popen(
+            command,
+            pass_fds=(3, 4, *high),  # 3 and 4 kept open: they are set in the child
+            preexec_fn=wire,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for fd in (to_browser, from_browser, *high):
+            os.close(fd)
+        self._buffer = b""
+        self._next_id = 0
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        attached = self.call("Target.attachToTarget", targetId=target, flatten=True)
+        self._session: str | None = attached["sessionId"]
+
+    def call(self, method: str, timeout: float = 30.0, **params: Any) -> dict[str, Any]:
+        """Send one command (to the tab once attached) and return its result."""
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
+        if getattr(self, "_session", None):
+            message["sessionId"] = self._session
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\0" not in self._buffer:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"Chromium did not answer {method} within {timeout}s")
+                chunk = os.read(self._in, 1 << 16)
+                if not chunk:
+                    pytest.fail(f"Chromium closed the pipe during {method}")
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    pytest.fail(f"{method} failed: {reply['error']}")
+                result: dict[str, Any] = reply.get("result", {})
+                return result
+
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the tab (promises awaited)."""
+        result = self.call(
+            "Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True
+        )
+        if "exceptionDetails" in result:
+            pytest.fail(f"{expression!r} raised: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def open(self, url: str) -> None:
+        """Navigate the tab to url."""
+        self.call("Page.navigate", url=url)
+
+    def screenshot(self, path: Path) -> bytes:
+        """Save a PNG of the tab to path and return it."""
+        data = base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+        path.write_bytes(data)
+        return data
+
+    def close(self) -> None:
+        """End the browser and remove its profile."""
+        os.close(self._out)
+        os.close(self._in)
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=20)
+        self._profile.cleanup()
