@@ -227,13 +227,19 @@ def substituted(blocks: list[Block], replacements: dict[str, str]) -> list[Block
     text = "".join(b.code for b in blocks)
     for old in replacements:
         assert old in text, f"the README no longer says {old!r}: update this test's substitutions"
-    out = []
-    for block in blocks:
-        code = block.code
-        for old, new in replacements.items():
-            code = code.replace(old, new)
-        out.append(Block(block.lang, code, block.marker, block.reason, block.line))
-    return out
+    # One pass: a replacement's own text is never replaced again (a free metrics port such
+    # as 55551 would otherwise have its "5555" turned into Flower's port).
+    pattern = re.compile("|".join(re.escape(old) for old in sorted(replacements, key=len)[::-1]))
+    return [
+        Block(
+            block.lang,
+            pattern.sub(lambda m: replacements[m[0]], block.code),
+            block.marker,
+            block.reason,
+            block.line,
+        )
+        for block in blocks
+    ]
 
 
 def test_the_readme_quick_start_runs_against_real_services(
