@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from domain.bounds import MAX_DURATION_SECONDS, check_number
+
 #: Sweep kinds, each with its own row (its own schedule judges its own gaps).
 JOB_SWEEP = "jobs"
 RUN_SWEEP = "runs"
@@ -34,6 +36,8 @@ SWEEPS = (JOB_SWEEP, RUN_SWEEP)
 LATE_FRACTION = 0.5
 #: ...and at least this many seconds late (beat's own tick and a queue hop).
 MIN_LATENESS = 1.0
+#: The shortest sweep interval accepted (a BoundsError below it, nothing written).
+MIN_INTERVAL = 0.001
 
 
 def check_sweep(sweep: object) -> str:
@@ -49,11 +53,8 @@ def allowed_gap(sweep_interval: float) -> float:
     interval + max(interval / 2, 1 s). Longer means the sweep did not run on schedule:
     whatever happened meanwhile is unknown, so the sweep holds off for a full timeout.
     """
-    if isinstance(sweep_interval, bool) or not isinstance(sweep_interval, int | float):
-        raise TypeError(f"sweep_interval must be a number of seconds, got {sweep_interval!r}")
-    if not sweep_interval > 0:
-        raise ValueError(f"sweep_interval must be > 0 seconds, got {sweep_interval!r}")
-    return float(sweep_interval) + max(sweep_interval * LATE_FRACTION, MIN_LATENESS)
+    seconds = check_number("sweep_interval", sweep_interval, MIN_INTERVAL, MAX_DURATION_SECONDS)
+    return seconds + max(seconds * LATE_FRACTION, MIN_LATENESS)
 
 
 #: The stale-run sweep runs every stale_after / 2 (tasks/recoverable.py's beat entry).

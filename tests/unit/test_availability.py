@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
 from domain.availability import (
     Availability,
@@ -13,6 +14,10 @@ from domain.availability import (
     next_availability,
     stale_sweep_gap,
 )
+from domain.errors import BoundsError, WrongTypeError
+from domain.ledger import JobLedger
+from store import Database, sql_ledger
+from store.models import LedgerAvailabilityModel
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -26,11 +31,20 @@ def test_the_allowed_gap_is_the_interval_plus_half_of_it_and_at_least_a_second()
     assert allowed_gap(1) == 2.0  # a fast schedule: beat's tick and a queue hop
     assert allowed_gap(0.5) == 1.5
     assert stale_sweep_gap(300) == 225.0  # runs: swept every stale_after / 2
-    for bad in (0, -1.0):
-        with pytest.raises(ValueError):
+    for bad in (0, -1.0, float("nan"), float("inf"), 10**400):
+        with pytest.raises(BoundsError, match="sweep_interval"):
             allowed_gap(bad)
-    with pytest.raises(TypeError):
-        allowed_gap(True)
+    for wrong in (True, "30", None):
+        with pytest.raises(WrongTypeError, match="sweep_interval"):
+            allowed_gap(wrong)  # type: ignore[arg-type]
+
+
+def test_a_bad_sweep_interval_is_refused_before_the_sighting(sqlite_database: Database) -> None:
+    jobs, plans = sql_ledger(sqlite_database)
+    with pytest.raises(BoundsError, match="sweep_interval"):
+        JobLedger(jobs, plans).expire_stuck(60, sweep_interval=0)
+    with sqlite_database.session() as s:
+        assert s.scalars(select(LedgerAvailabilityModel)).all() == []  # nothing written
 
 
 def test_with_no_sighting_on_record_the_ledger_counts_as_available() -> None:
