@@ -67,7 +67,7 @@ def stale_sweep_gap(stale_after: float) -> float:
     With the run heartbeat at stale_after / 6 at most, a run outage unseen by the sweep
     (shorter than this gap) still leaves its holder time to renew: 0.75 + 1/6 < 1.
     """
-    return allowed_gap(stale_after / STALE_SWEEPS_PER_WINDOW)
+    return allowed_gap(max(stale_after / STALE_SWEEPS_PER_WINDOW, MIN_INTERVAL))
 
 
 @dataclass(frozen=True)

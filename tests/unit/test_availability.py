@@ -31,6 +31,7 @@ def test_the_allowed_gap_is_the_interval_plus_half_of_it_and_at_least_a_second()
     assert allowed_gap(1) == 2.0  # a fast schedule: beat's tick and a queue hop
     assert allowed_gap(0.5) == 1.5
     assert stale_sweep_gap(300) == 225.0  # runs: swept every stale_after / 2
+    assert stale_sweep_gap(0.001) == 1.001  # any stale_after the sweep accepts has a gap
     for bad in (0, -1.0, float("nan"), float("inf"), 10**400):
         with pytest.raises(BoundsError, match="sweep_interval"):
             allowed_gap(bad)
