@@ -21,6 +21,8 @@ DEFAULT_DISPATCH_GRACE = 600.0
 DEFAULT_MAX_DISPATCHES = 10
 #: The heartbeat interval when neither it nor a short job_timeout says otherwise.
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
+#: Seconds between stuck-job sweeps (beat's schedule; their allowed gap derives from it).
+DEFAULT_STUCK_CHECK_INTERVAL = 30.0
 #: A derived heartbeat interval leaves this many beats inside one job_timeout.
 HEARTBEATS_PER_TIMEOUT = 3
 

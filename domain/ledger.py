@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from domain.availability import JOB_SWEEP, allowed_gap
 from domain.bounds import ID_LENGTH, MAX_DURATION_SECONDS, check_number, check_text
 from domain.clock import utcnow
+from domain.config import DEFAULT_STUCK_CHECK_INTERVAL
 from domain.errors import (
     ConcurrentUpdateError,
     DuplicateJobError,
@@ -153,20 +155,32 @@ class JobLedger:
             self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
             return True
 
-    def expire_stuck(self, job_timeout: float, limit: int = 100) -> list[AsyncJob]:
-        """Fail running jobs whose heartbeat is older than job_timeout; the ones this call won."""
+    def expire_stuck(
+        self,
+        job_timeout: float,
+        limit: int = 100,
+        sweep_interval: float = DEFAULT_STUCK_CHECK_INTERVAL,
+        recovered_ago: float | None = None,
+    ) -> list[AsyncJob]:
+        """Fail running jobs whose holder had job_timeout to renew and did not; those won.
+
+        A heartbeat older than job_timeout counts only once the ledger has been available
+        for job_timeout (domain/availability.py): this sweep's sighting is recorded first,
+        and while a gap, a server restart or this process's own outage (`recovered_ago`
+        seconds ago) is younger than job_timeout, nothing expires. sweep_interval is the
+        sweep's schedule (it says how long a gap between sightings may be).
+        """
         timeout = check_number("job_timeout", job_timeout, 0.0, MAX_DURATION_SECONDS)
-        now = utcnow()
-        cutoff = now - timedelta(seconds=timeout)
-        up_since = self.jobs.ledger_up_since()
-        if up_since is not None and up_since > cutoff:
-            # The ledger itself restarted less than job_timeout ago: heartbeats could not be
-            # written while it was down, so their age says nothing about the workers yet.
-            logger.info(
-                "ledger restarted at %s; stuck detection waits a full job_timeout",
-                up_since.isoformat(),
+        seen = self.jobs.sight_ledger(JOB_SWEEP, allowed_gap(sweep_interval), recovered_ago)
+        if not seen.available_for(timeout):
+            logger.debug(
+                "ledger available since %s: stuck detection holds off %.1fs more",
+                seen.available_since,
+                seen.waits(timeout),
             )
             return []
+        now = utcnow()
+        cutoff = now - timedelta(seconds=timeout)
         expired: list[AsyncJob] = []
         for job in self.jobs.list_stuck(cutoff, limit):
             try:

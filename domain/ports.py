@@ -8,6 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from domain.availability import Availability
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.plans import Plan
 
@@ -151,8 +152,14 @@ class JobStore(Protocol):
     ) -> bool:
         """Record progress and (optionally) a checkpoint on a running job (fenced by worker)."""
 
-    def ledger_up_since(self) -> datetime | None:
-        """When the ledger's server last started (None if unknown or embedded)."""
+    def sight_ledger(
+        self, sweep: str, max_gap: float, recovered_ago: float | None = None
+    ) -> Availability:
+        """Record a sweep's sighting of the ledger, atomically (two sweepers queue on it).
+
+        Returns the ledger's now and since when it has been available by the rule of
+        `domain.availability.next_availability` (max_gap: the sweep's allowed gap).
+        """
 
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""

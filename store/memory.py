@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from domain.availability import Availability
 from domain.errors import ConcurrentUpdateError, DuplicateJobError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan
@@ -20,6 +21,7 @@ from domain.transitions import (
     job_move,
     phase_queue_move,
 )
+from store.availability import MemorySightings
 from store.validation import (
     check_batch_size,
     check_checkpoint_json,
@@ -73,6 +75,7 @@ class InMemoryJobStore:
         self._shared = shared or _Shared()
         self._rows: dict[str, AsyncJob] = {}
         self._shared.tables.append(self._rows)
+        self._sightings = MemorySightings()
 
     @property
     def ledger(self) -> Ledger:
@@ -335,9 +338,11 @@ class InMemoryJobStore:
             self._rows[job_id] = row.model_copy(update=update)
             return True
 
-    def ledger_up_since(self) -> datetime | None:
-        """A memory ledger lives and dies with its process: never a restart to wait out."""
-        return None
+    def sight_ledger(
+        self, sweep: str, max_gap: float, recovered_ago: float | None = None
+    ) -> Availability:
+        """Record a sweep's sighting (no server to restart: its own process's clock)."""
+        return self._sightings.sight(sweep, max_gap, recovered_ago)
 
     def _is_stuck(self, row: AsyncJob, cutoff: datetime) -> bool:
         return row.status is AsyncJobStatus.running and (

@@ -216,3 +216,19 @@ class RunFindingModel(Base):
         CheckConstraint(_in("severity", SEVERITIES), name="severity"),
         Index(None, "run_id", "severity"),  # severity counts and listing per run
     )
+
+
+# -- ledger availability (fair lease expiry) --------------------------------------------------
+
+
+class LedgerAvailabilityModel(Base):
+    """One row per sweep kind: when a sweep last reached the ledger, and since when it is up.
+
+    Updated by each sweep in one transaction under a row lock (domain/availability.py).
+    """
+
+    __tablename__ = "ledger_availability"
+
+    sweep: Mapped[str] = mapped_column(String(16), primary_key=True)
+    last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    available_since: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -10,9 +10,11 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from domain.availability import RUN_SWEEP, stale_sweep_gap
 from domain.clock import utcnow
 from domain.errors import RunNotActiveError, RunNotFoundError
 from domain.ids import new_id
+from domain.outage import PROCESS_OUTAGES, OutageMonitor
 from domain.redaction import BUILTIN, Redactor
 from domain.runs.checks import (
     SERVER_RESTART_ERROR,
@@ -49,6 +51,7 @@ from domain.runs.progress import ProgressKind
 from domain.runs.status import RunStatus
 from domain.runs.summary import RunSummary, build_summary
 from domain.runs.sweep import SweepResult
+from store.availability import MemorySightings
 from store.runs_bound import BoundRun, Clock
 
 
@@ -241,9 +244,17 @@ class InMemoryRunStore(BoundRun):
 class InMemoryRunStoreProvider:
     """Every run in memory; thread-safe, one lock for all operations."""
 
-    def __init__(self, clock: Clock = utcnow, redactor: Redactor = BUILTIN) -> None:
+    def __init__(
+        self,
+        clock: Clock = utcnow,
+        outages: OutageMonitor | None = None,
+        redactor: Redactor = BUILTIN,
+    ) -> None:
         self._tables = _Tables()
         self._clock = clock
+        self._sightings = MemorySightings()
+        #: this process's outage monitor: its recent outages hold the stale sweep off too
+        self.outages = PROCESS_OUTAGES if outages is None else outages
         self.redactor = redactor
 
     def _bind(self, row: _Run) -> InMemoryRunStore:
@@ -283,10 +294,18 @@ class InMemoryRunStoreProvider:
     def boot_recovery_sweep(
         self, owner: str | None = None, stale_after: float | None = None
     ) -> SweepResult:
-        """Pause every active run, or (fleet-safe) this owner's and the stale ones."""
+        """Pause every active run, or (fleet-safe) this owner's and the stale ones.
+
+        Stale counts only once the ledger has been available for stale_after (the sweep's
+        sighting; domain/availability.py), as on SQL.
+        """
         check_owner(owner)
         cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
         everything = owner is None and cutoff is None
+        if stale_after and not self._available_for(stale_after):
+            if owner is None:
+                return SweepResult()
+            cutoff = None  # the owner's own runs are still this boot's to pause
         flipped: list[str] = []
         with self._tables.lock:
             for row in self._tables.runs.values():
@@ -303,6 +322,13 @@ class InMemoryRunStoreProvider:
                     row.error_message = SERVER_RESTART_ERROR if everything else SWEEP_ERROR
                     flipped.append(row.id)
         return SweepResult(flipped)
+
+    def _available_for(self, stale_after: float) -> bool:
+        """Record the stale sweep's sighting; whether holders had stale_after to renew."""
+        seen = self._sightings.sight(
+            RUN_SWEEP, stale_sweep_gap(stale_after), self.outages.recovered_ago()
+        )
+        return seen.available_for(stale_after)
 
     def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
         """Stamp heartbeat_at of the active runs still held under these leases; their ids."""

@@ -10,6 +10,7 @@ from uuid import UUID
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
+from domain.availability import RUN_SWEEP, stale_sweep_gap
 from domain.bounds import INT64_MAX
 from domain.clock import utcnow
 from domain.errors import (
@@ -19,6 +20,7 @@ from domain.errors import (
     RunNotFoundError,
 )
 from domain.ids import new_id
+from domain.outage import PROCESS_OUTAGES, OutageMonitor
 from domain.redaction import BUILTIN, Redactor
 from domain.runs.checks import (
     SERVER_RESTART_ERROR,
@@ -61,6 +63,7 @@ from domain.runs.status import (
 )
 from domain.runs.summary import RunSummary, build_summary
 from domain.runs.sweep import SweepResult
+from store.availability import sight_ledger
 from store.database import Database
 from store.models import RecoverableRunModel, RunFindingModel
 from store.runs_bound import BoundRun, Clock
@@ -325,10 +328,16 @@ class SqlRunStoreProvider:
     """Every run on one Database (SQLite or PostgreSQL); joins the ambient transaction."""
 
     def __init__(
-        self, database: Database, clock: Clock = utcnow, redactor: Redactor = BUILTIN
+        self,
+        database: Database,
+        clock: Clock = utcnow,
+        outages: OutageMonitor | None = None,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         self.db = database
         self._clock = clock
+        #: this process's outage monitor: its recent outages hold the stale sweep off too
+        self.outages = PROCESS_OUTAGES if outages is None else outages
         #: Every run error, finding detail and param written through this provider's stores.
         self.redactor = redactor
 
@@ -410,26 +419,39 @@ class SqlRunStoreProvider:
     ) -> SweepResult:
         """SWEEP: one UPDATE … RETURNING: every active run, or this owner's and the stale ones.
 
-        Stale = neither progress nor a heartbeat since the cut-off. The lease epoch is
+        Stale = neither progress nor a heartbeat since the cut-off, and the ledger available
+        for stale_after (the sweep's sighting, in the same transaction: a holder that could
+        not reach the ledger is not swept; domain/availability.py). The lease epoch is
         bumped: whoever held a swept run can no longer write to it.
         """
         check_owner(owner)
         cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
-        scopes = []
-        if owner is not None:
-            scopes.append(R.owner == owner)
-        if cutoff is not None:
-            silent = or_(R.heartbeat_at.is_(None), R.heartbeat_at < cutoff)
-            scopes.append(and_(R.last_progress_at < cutoff, silent))
-        stmt = update(R).where(R.status.in_(_ACTIVE))
-        if scopes:
-            stmt = stmt.where(or_(*scopes))
-        error = SWEEP_ERROR if scopes else SERVER_RESTART_ERROR
-        stmt = stmt.values(
-            status=RunStatus.Paused.value, error_message=error, lease_epoch=R.lease_epoch + 1
-        ).returning(R.id)
         with self.db.session() as s:
+            if stale_after and not self._available_for(stale_after):
+                if owner is None:
+                    return SweepResult()
+                cutoff = None  # the owner's own runs are still this boot's to pause
+            scopes = []
+            if owner is not None:
+                scopes.append(R.owner == owner)
+            if cutoff is not None:
+                silent = or_(R.heartbeat_at.is_(None), R.heartbeat_at < cutoff)
+                scopes.append(and_(R.last_progress_at < cutoff, silent))
+            stmt = update(R).where(R.status.in_(_ACTIVE))
+            if scopes:
+                stmt = stmt.where(or_(*scopes))
+            error = SWEEP_ERROR if scopes else SERVER_RESTART_ERROR
+            stmt = stmt.values(
+                status=RunStatus.Paused.value, error_message=error, lease_epoch=R.lease_epoch + 1
+            ).returning(R.id)
             return SweepResult(s.scalars(stmt))
+
+    def _available_for(self, stale_after: float) -> bool:
+        """Record the stale sweep's sighting; whether holders had stale_after to renew."""
+        seen = sight_ledger(
+            self.db, RUN_SWEEP, stale_sweep_gap(stale_after), self.outages.recovered_ago()
+        )
+        return seen.available_for(stale_after)
 
     def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
         """HEARTBEAT: one UPDATE … WHERE (id, lease_epoch) pairs AND active … RETURNING id."""

@@ -6,15 +6,16 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from domain.clock import as_utc
+from domain.availability import Availability
 from domain.errors import DuplicateJobError
 from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from domain.plans import Plan
 from domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
 from domain.transitions import job_move
+from store.availability import sight_ledger
 from store.database import Database
 from store.models import AsyncJobModel
 from store.sql_hot_path import (
@@ -318,13 +319,11 @@ class SqlJobStore:
         with self.db.connection("progress") as conn:
             return bool(conn.execute(update(J).where(*where).values(**values)).rowcount)
 
-    def ledger_up_since(self) -> datetime | None:
-        """PostgreSQL's start time: heartbeats could not be written before it."""
-        if self.db.dialect != "postgresql":
-            return None
-        with self.db.session() as s:
-            started = s.scalar(text("SELECT pg_postmaster_start_time()"))
-        return as_utc(started) if started is not None else None
+    def sight_ledger(
+        self, sweep: str, max_gap: float, recovered_ago: float | None = None
+    ) -> Availability:
+        """SIGHT: record a sweep's sighting; since when the ledger is available (one txn)."""
+        return sight_ledger(self.db, sweep, max_gap, recovered_ago)
 
     def _stuck(self, cutoff: datetime) -> Any:
         return and_(

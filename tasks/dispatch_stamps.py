@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from domain.errors import LedgerUnavailableError
-from domain.outage import DEFAULT_OUTAGE_BUDGET
+from domain.outage import DEFAULT_OUTAGE_BUDGET, PROCESS_OUTAGES, OutageMonitor
 
 logger = logging.getLogger("planq.dispatch")
 
@@ -32,8 +32,10 @@ class DispatchStamps:
         stamp: Callable[[list[str]], object],
         interval: float = FLUSH_INTERVAL,
         outage_budget: float = DEFAULT_OUTAGE_BUDGET,
+        outages: OutageMonitor | None = None,
     ):
         self._stamp = stamp
+        self.outages = PROCESS_OUTAGES if outages is None else outages
         self.interval = interval
         self.outage_budget = outage_budget
         self._pending: list[str] = []
@@ -73,15 +75,20 @@ class DispatchStamps:
             return 0
         except Exception as exc:  # a hint only: the relay re-publishes unstamped rows
             logger.warning("could not stamp %d dispatched job(s): %s", len(ids), exc)
+        else:
+            self.outages.succeeded()
         self._outage_since = None
         return len(ids)
 
     def _ride_out(self, ids: list[str], exc: LedgerUnavailableError) -> None:
-        """Put ids back while the outage is within budget; past it, leave them to the relay."""
+        """Put ids back while the outage is within budget; past it, leave them to the relay.
+
+        The outage itself is the monitor's to log (once per outage, not per flush).
+        """
         now = time.monotonic()
+        self.outages.failed(f"stamping {len(ids)} dispatched job(s)", exc)
         if self._outage_since is None:
             self._outage_since = now
-            logger.warning("ledger unavailable; holding %d dispatch stamp(s): %s", len(ids), exc)
         if now - self._outage_since > self.outage_budget:
             logger.warning("dropping %d stamp(s) after %.0fs", len(ids), self.outage_budget)
             self._outage_since = None

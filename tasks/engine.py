@@ -13,12 +13,12 @@ from typing import Any
 
 from domain.cancellation import CancellationToken
 from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
+from domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
 from domain.errors import LedgerRejectedError
 from domain.health import WorkerHealthReport
 from domain.jobs import AsyncJob, AsyncJobStatus
 from domain.ledger import JobLedger, StuckReport
-from domain.outage import ride_out_outage
+from domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from domain.plans import Plan, PlanPhase
 from domain.ports import CancelOutcome, JobStore, PlanStore
 from domain.redaction import BUILTIN, Redactor, describe_exception
@@ -107,6 +107,8 @@ class AsyncWorker:
         broadcast_cancel: BroadcastCancel | None = None,
         worker_id: str | None = None,
         redactor: Redactor = BUILTIN,
+        sweep_interval: float = DEFAULT_STUCK_CHECK_INTERVAL,
+        outages: OutageMonitor | None = None,
     ) -> None:
         if not isinstance(config, AsyncWorkerConfig):
             raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
@@ -125,8 +127,15 @@ class AsyncWorker:
         self.broadcast_cancel = broadcast_cancel
         self.worker_id = worker_id or standalone_worker_id()
         self.health = WorkerHealthReport(self.worker_id)
+        #: beat's stuck-sweep schedule: how long a gap between sweeps may be (fair expiry)
+        self.sweep_interval = sweep_interval
+        #: this process's outage monitor: every ledger write here reports into it
+        self.outages = PROCESS_OUTAGES if outages is None else outages
         self.tracker = JobTracker(
-            lambda ids: self.ledger.heartbeat(ids, self.worker_id), config.heartbeat_interval
+            lambda ids: self.ledger.heartbeat(ids, self.worker_id),
+            config.heartbeat_interval,
+            self.outages,
+            self.redactor,
         )
         self._poller = StorePoller(
             job_store, self.run_job, config.max_workers, config.poll_interval
@@ -167,7 +176,9 @@ class AsyncWorker:
         The error comes back as the row keeps it, so the task reports it without a read.
         """
         claimed = ride_out_outage(
-            lambda: self.ledger.claim(job_id, self.worker_id), f"claim {job_id}"
+            lambda: self.ledger.claim(job_id, self.worker_id),
+            f"claim {job_id}",
+            monitor=self.outages,
         )
         if claimed is None:
             logger.info(
@@ -202,6 +213,7 @@ class AsyncWorker:
             return ride_out_outage(
                 lambda: self.ledger.finish(job, outcome.status, outcome.error, self.worker_id),
                 f"finish {job.job_id}",
+                monitor=self.outages,
             )
 
         try:
@@ -244,6 +256,7 @@ class AsyncWorker:
         wrote = ride_out_outage(
             lambda: self.job_store.save_progress(job_id, progress, checkpoint, self.worker_id),
             f"progress {job_id}",
+            monitor=self.outages,
         )
         if not wrote and self.tracker.cancel_local(job_id, LOST_CLAIM):
             logger.info("job %s: no longer running under %s; stopping", job_id, self.worker_id)
@@ -321,9 +334,17 @@ class AsyncWorker:
         return True
 
     def detect_stuck_jobs(self) -> StuckReport:
-        """Fail running jobs whose heartbeat expired; retry them if the policy says so."""
+        """Fail running jobs whose heartbeat expired; retry them if the policy says so.
+
+        Fair to the holders: nothing expires until the ledger has been available for a
+        job_timeout (`JobLedger.expire_stuck`); this process's own outages count too.
+        """
         report = StuckReport()
-        expired = self.ledger.expire_stuck(self.config.job_timeout)
+        expired = self.ledger.expire_stuck(
+            self.config.job_timeout,
+            sweep_interval=self.sweep_interval,
+            recovered_ago=self.outages.recovered_ago(),
+        )
         metrics.stuck_detected(len(expired))
         for job in expired:
             stored = self.job_store.get(job.job_id)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Celery
 
+from domain.errors import LedgerUnavailableError
 from tasks.runtime import runtime_for
+
+T = TypeVar("T")
 
 #: Not shared: each app gets its own (Celery shares decorated tasks across apps by default).
 #: No task events: sweeps every few seconds would crowd Flower's task list, and they say
@@ -17,18 +21,37 @@ _OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False, "send_events
 def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
     """Create the three maintenance tasks on app (routed to planq.maintenance)."""
 
+    def quietly(what: str, sweep: Callable[[], T], skipped: T) -> T:
+        """Run a sweep; an outage is the process monitor's to log (once), not a traceback.
+
+        A skipped sweep is safe: the next one redoes its work, and a stuck sweep that did
+        not run leaves a gap in the ledger's sightings (expiry then holds off).
+        """
+        worker = runtime_for(app).worker
+        try:
+            done = sweep()
+        except LedgerUnavailableError as exc:
+            worker.outages.failed(what, exc)
+            return skipped
+        worker.outages.succeeded()
+        return done
+
     def detect_stuck_jobs() -> dict[str, Any]:
         """Fail running jobs whose heartbeat expired (CAS: two beats never double-fail)."""
-        report = runtime_for(app).worker.detect_stuck_jobs()
+        report = quietly(
+            "stuck-job sweep", lambda: runtime_for(app).worker.detect_stuck_jobs(), None
+        )
+        if report is None:
+            return {"expired": [], "retried": {}, "skipped": "ledger unavailable"}
         return {"expired": report.expired, "retried": report.retried}
 
     def cleanup_expired_jobs() -> int:
         """Delete terminal rows past job_ttl in bounded batches."""
-        return runtime_for(app).worker.cleanup_expired_jobs()
+        return quietly("TTL cleanup", lambda: runtime_for(app).worker.cleanup_expired_jobs(), 0)
 
     def relay_dispatch() -> list[str]:
         """Re-publish queued rows whose message was never sent or was lost."""
-        return runtime_for(app).worker.relay_dispatch()
+        return quietly("dispatch relay", lambda: runtime_for(app).worker.relay_dispatch(), [])
 
     return {
         fn.__name__: app.task(name=f"planq.maintenance.{fn.__name__}", **_OPTIONS)(fn)

@@ -142,7 +142,9 @@ def run_heartbeat(app: Celery) -> RunHeartbeat:
             return runtime_for(current).runs.heartbeat_runs(leases)
 
         stale_after = _stale_after.get(app, DEFAULT_STALE_AFTER)
-        heartbeat = RunHeartbeat(beat, interval_for(stale_after), runtime_for(app).redactor)
+        heartbeat = RunHeartbeat(
+            beat, interval_for(stale_after), redactor=runtime_for(app).redactor
+        )
         _heartbeats[app] = (pid, heartbeat)
         return heartbeat
 

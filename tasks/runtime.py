@@ -12,7 +12,7 @@ from typing import Any
 
 from celery.signals import worker_init
 
-from domain.config import AsyncWorkerConfig
+from domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
 from domain.jobs import AsyncJob
 from domain.lifecycle import PlanLifecycleService
 from domain.ports import CancelOutcome
@@ -41,6 +41,8 @@ class RuntimeConfig:
     redactor: Redactor = BUILTIN
     auto_migrate: bool = False
     metrics_port: int = 0  #: 0 = no metrics endpoint
+    #: beat's stuck-sweep schedule: a longer gap between sweeps holds expiry off
+    stuck_check_interval: float = DEFAULT_STUCK_CHECK_INTERVAL
 
 
 class Runtime:
@@ -72,6 +74,7 @@ class Runtime:
             broadcast_cancel=self.broadcast_cancel,
             worker_id=self.worker_id_for(self.pid),
             redactor=self.redactor,
+            sweep_interval=config.stuck_check_interval,
         )
         self.ledger = self.worker.ledger
         self.stamps = DispatchStamps(self.ledger.mark_dispatched)

@@ -10,6 +10,9 @@ import threading
 from collections.abc import Callable
 
 from domain.cancellation import CancellationToken
+from domain.errors import LedgerUnavailableError
+from domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
+from domain.redaction import BUILTIN, Redactor, describe_exception
 
 logger = logging.getLogger("planq.heartbeat")
 
@@ -29,7 +32,9 @@ class JobTracker:
 
     One daemon thread writes one statement per interval for all tracked jobs; the same
     statement returns cancel requests, so a cancel arrives even if every broadcast was lost.
-    `poke()` (async-signal-safe) makes it look at the ledger at once.
+    `poke()` (async-signal-safe) makes it look at the ledger at once. While the ledger is
+    unavailable it retries every `retry_period(interval)` (at most 1 s), so the jobs' leases
+    are renewed as soon as it is back; the outage is reported to the process's monitor.
 
     Under Celery, `task_prerun` holds a delivery's token (`hold`) and `task_postrun`
     releases it (`release`): a revoke or a warm shutdown that lands before the claim
@@ -39,9 +44,18 @@ class JobTracker:
     that is dropped never releases the token of the delivery that runs.
     """
 
-    def __init__(self, beat: Beat, interval: float) -> None:
+    def __init__(
+        self,
+        beat: Beat,
+        interval: float,
+        outages: OutageMonitor | None = None,
+        redactor: Redactor = BUILTIN,
+    ) -> None:
         self._beat = beat
+        self.redactor = redactor
         self.interval = interval
+        self.outages = PROCESS_OUTAGES if outages is None else outages
+        self._failing = False  #: the last beat failed: retry soon, not a whole interval later
         self._tokens: dict[str, CancellationToken] = {}
         self._beating: set[str] = set()
         self._holds: dict[str, int] = {}
@@ -135,6 +149,7 @@ class JobTracker:
         if not ids:
             return set()
         asked = self._beat(ids)
+        self.outages.succeeded()
         self.beats += 1
         for job_id in asked:
             self.cancel_local(job_id, CANCEL_REQUESTED)
@@ -142,21 +157,36 @@ class JobTracker:
 
     def _run(self) -> None:
         while not self._stopped:
-            readable, _, _ = select.select([self._read_fd], [], [], self.interval)
+            wait = retry_period(self.interval) if self._failing else self.interval
+            readable, _, _ = select.select([self._read_fd], [], [], wait)
             if readable:
                 data = os.read(self._read_fd, 512)
                 if _SHUTDOWN in data:
                     self.cancel_all(WORKER_SHUTDOWN)
             if self._stopped:
                 return
-            try:
-                self.beat_now()
-            except Exception:
-                logger.exception("heartbeat write failed; will retry next interval")
+            self._failing = self._beat_quietly()
             with self._lock:
                 if not self._beating:
                     self._thread = None
                     return
+
+    def _beat_quietly(self) -> bool:
+        """beat_now(); True if the ledger is unavailable (retry soon). Never a log flood.
+
+        An outage is the monitor's to log; any other failure is one line per interval.
+        """
+        try:
+            self.beat_now()
+        except LedgerUnavailableError as exc:
+            self.outages.failed("job heartbeat", exc)
+            return True
+        except Exception as exc:
+            logger.warning(
+                "heartbeat write failed: %s", describe_exception(exc, self.redactor)[:300]
+            )
+            logger.debug("heartbeat write failed", exc_info=exc)
+        return False
 
     def stop(self) -> None:
         """Stop the thread (the jobs' own ends untrack them)."""

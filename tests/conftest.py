@@ -11,11 +11,22 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+from domain.outage import PROCESS_OUTAGES
 from domain.ports import JobStore, PlanStore
 from store import Database, in_memory_ledger, sql_ledger
 from store.migrate import upgrade
 from store.models import Base
 from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, flush_redis
+
+
+@pytest.fixture(autouse=True)
+def fresh_outage_monitor() -> None:
+    """Each test starts with this process's outage monitor clear, as a fresh process would.
+
+    An outage an earlier test staged (a flaky fake ledger) would otherwise hold this test's
+    sweeps off for a timeout (domain/availability.py).
+    """
+    PROCESS_OUTAGES.reset()
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
         redactor=settings.redactor(),
         auto_migrate=make_url(settings.database_url).get_backend_name() == "sqlite",
         metrics_port=settings.metrics_port,
+        stuck_check_interval=settings.stuck_check_interval,
     )
 
 

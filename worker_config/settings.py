@@ -67,7 +67,7 @@ class PlanqSettings(BaseSettings):
     dispatch_grace: float = _seconds(config.DEFAULT_DISPATCH_GRACE)
     max_dispatches: int = Field(config.DEFAULT_MAX_DISPATCHES, ge=1, le=config.MAX_DISPATCHES)
     visibility_timeout: float = _seconds(12 * 3600.0)
-    stuck_check_interval: float = _seconds(30.0)
+    stuck_check_interval: float = _seconds(config.DEFAULT_STUCK_CHECK_INTERVAL)
     cleanup_interval: float = _seconds(3600.0)
     relay_interval: float = _seconds(30.0)
     #: JSON list of regular expressions (decoded here, so a bad value names the rule).

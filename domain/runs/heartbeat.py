@@ -6,6 +6,9 @@ thread stamps every tracked run in one statement (`RunStoreProvider.heartbeat_ru
 each run's lease epoch. A run the statement no longer finds under its lease (swept, then
 resumed by another worker) is lost: its store is told (`mark_lease_lost`), so the handler's
 next `status()` or write raises RunFencedError at once, without waiting for the ledger.
+While the ledger is unavailable the thread retries every `retry_period(interval)` (at most
+1 s) and reports to the process's outage monitor, so the leases are renewed as soon as the
+ledger is back and an outage is logged once, not once per interval.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
+from domain.errors import LedgerUnavailableError
+from domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
 from domain.redaction import BUILTIN, Redactor, describe_exception
 from domain.runs.ports import RunStore
 
@@ -38,7 +43,11 @@ class RunHeartbeat:
     """The run heartbeat of one process (one per provider per process; not fork-safe)."""
 
     def __init__(
-        self, beat: Beat, interval: float = DEFAULT_INTERVAL, redactor: Redactor = BUILTIN
+        self,
+        beat: Beat,
+        interval: float = DEFAULT_INTERVAL,
+        outages: OutageMonitor | None = None,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, int | float):
             raise TypeError(f"interval must be a number of seconds, got {interval!r}")
@@ -47,6 +56,8 @@ class RunHeartbeat:
         self._beat = beat
         self.redactor = redactor
         self.interval = float(interval)
+        self.outages = PROCESS_OUTAGES if outages is None else outages
+        self._failing = False  #: the last beat met an outage: retry soon
         self._stores: dict[str, RunStore] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -83,6 +94,7 @@ class RunHeartbeat:
         if not stores:
             return set()
         held = self._beat({run_id: s.lease_epoch for run_id, s in stores.items()})
+        self.outages.succeeded()
         self.beats += 1
         lost = set(stores) - set(held)
         for run_id in sorted(lost):
@@ -100,14 +112,18 @@ class RunHeartbeat:
 
     def _run(self) -> None:
         while True:
-            self._wake.wait(self.interval)
+            self._wake.wait(retry_period(self.interval) if self._failing else self.interval)
             with self._lock:
                 if not self._stores:  # nothing left to beat: the next track() restarts us
                     self._thread = None
                     return
+            self._failing = False
             try:
                 self.beat_now()
-            except Exception as exc:  # the ledger away: the next interval tries again
+            except LedgerUnavailableError as exc:  # the monitor logs the outage, once
+                self.outages.failed("run heartbeat", exc)
+                self._failing = True
+            except Exception as exc:  # not an outage: one line, the next interval tries again
                 logger.warning(
                     "run heartbeat failed; retrying in %.1fs: %s",
                     self.interval,

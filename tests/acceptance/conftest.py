@@ -56,11 +56,14 @@ def start_worker(
         pool: str = "prefork",
         concurrency: int = 2,
         wait: bool = True,
+        queues: list[str] | None = None,
         **settings: Any,
     ) -> WorkerProcess:
         settings.setdefault("default_executor", f"{EXEC}:counted")
         env = worker_env(redis_url, pg_url, **settings)
-        worker = WorkerProcess(env, name, pool, concurrency, log_path=tmp_path / f"{name}.log")
+        worker = WorkerProcess(
+            env, name, pool, concurrency, queues, log_path=tmp_path / f"{name}.log"
+        )
         started.append(worker)
         if wait:
             worker.wait_ready(producer)

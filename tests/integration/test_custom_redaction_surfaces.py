@@ -183,9 +183,9 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
     written: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import cli.context
+    from cli import context as cli_context
 
-    build = cli.context.build_app
+    build = cli_context.build_app
 
     def with_handlers(settings: Any) -> Any:  # the API's app knows the test's two jobs
         api_app = build(settings)
@@ -193,7 +193,7 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
         register_recoverable_job(api_app, Fails())
         return api_app
 
-    monkeypatch.setattr(cli.context, "build_app", with_handlers)
+    monkeypatch.setattr(cli_context, "build_app", with_handlers)
     # A handler of the API process's root logger, there before the API is built.
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from domain.availability import JOB_SWEEP
 from domain.clock import utcnow
 from domain.errors import DuplicateJobError
 from domain.ids import new_id
@@ -302,7 +303,7 @@ def test_stuck_detection_waits_out_a_ledger_restart(
     """No heartbeat can be written while the ledger is down: wait a job_timeout after it."""
     jobs, plans = stores
     ledger = JobLedger(jobs, plans)
-    up_since = jobs.ledger_up_since()
+    up_since = jobs.sight_ledger(JOB_SWEEP, 60.0).available_since  # the first sighting
     backend = request.node.callspec.params["stores"]
     assert (up_since is not None) == (backend == "postgres")
     job = make_job()
