@@ -15,7 +15,7 @@ RUN groupadd --system --gid 10001 planq \
 # The runtime dependencies only: no [dev] extra, no tests (pyproject.toml asks for
 # kombu[redis]: its Redis transport imports `packaging`, which only that extra brings).
 # The source is removed after the install; the package lives in site-packages, so
-# `celery -A worker_config` works from any directory.
+# `celery -A planq.worker_config` works from any directory.
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY domain ./domain
@@ -29,4 +29,4 @@ USER planq
 WORKDIR /home/planq
 
 # docker-compose.yml gives each service its command; alone, the image runs a worker.
-CMD ["celery", "-A", "worker_config", "worker", "-P", "prefork", "--hostname", "worker@%h", "--loglevel", "INFO"]
+CMD ["celery", "-A", "planq.worker_config", "worker", "-P", "prefork", "--hostname", "worker@%h", "--loglevel", "INFO"]

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_executors import REDIS, started_key, tripped_key  # noqa: E402
-from domain.plans import Plan  # noqa: E402
-from store.migrate import upgrade  # noqa: E402
-from tasks.runtime import reset_runtime, runtime_for  # noqa: E402
-from worker_config.factory import create_app  # noqa: E402
-from worker_config.settings import load_settings  # noqa: E402
+from planq.domain.plans import Plan  # noqa: E402
+from planq.store.migrate import upgrade  # noqa: E402
+from planq.tasks.runtime import reset_runtime, runtime_for  # noqa: E402
+from planq.worker_config.factory import create_app  # noqa: E402
+from planq.worker_config.settings import load_settings  # noqa: E402
 
 BROKER = os.environ.get("PLANQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -69,7 +69,7 @@ def measure(pool: str, cancels: int, db_url: str, heartbeat: float) -> list[floa
             "-m",
             "celery",
             "-A",
-            "worker_config",
+            "planq.worker_config",
             "worker",
             "-P",
             pool,

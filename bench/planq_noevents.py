@@ -8,7 +8,7 @@ ledger's. Not used by planq.
 
 from __future__ import annotations
 
-from worker_config import app
+from planq.worker_config import app
 
 app.conf.update(worker_send_task_events=False, task_send_sent_event=False, task_track_started=False)
 

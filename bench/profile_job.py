@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     broker.flushdb()
     db_name, url = create_pg_database(args.pg_admin_url)
     try:
-        from store.migrate import upgrade
+        from planq.store.migrate import upgrade
 
         upgrade(url)
         plan_ids = seed_plans(url, args.warmup + args.jobs)
@@ -138,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
             PLANQ_DATABASE_URL=url,
             PLANQ_DEFAULT_EXECUTOR=args.executor,
         )
-        from tasks.runtime import reset_runtime, runtime_for
-        from worker_config.factory import create_app
-        from worker_config.settings import load_settings
+        from planq.tasks.runtime import reset_runtime, runtime_for
+        from planq.worker_config.factory import create_app
+        from planq.worker_config.settings import load_settings
 
         app = create_app(load_settings())
         task = app.tasks["planq.execute_plan"]

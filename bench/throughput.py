@@ -712,8 +712,8 @@ def drop_pg_database(admin_url: str, name: str) -> None:
 
 def seed_plans(database_url: str, count: int) -> list[str]:
     """Plans in Strategize/COMPLETE, written through the plan store (500 per transaction)."""
-    from domain.plans import Plan, PlanPhase, PlanStatus
-    from store import Database, sql_ledger
+    from planq.domain.plans import Plan, PlanPhase, PlanStatus
+    from planq.store import Database, sql_ledger
 
     db = Database(database_url)
     try:
@@ -758,8 +758,8 @@ def ledger_system(
         "BENCH_JOB_SECONDS": str(args.job_seconds),
     }
     os.environ.update(env)  # the producer apps read the same environment as the workers
-    from worker_config.factory import create_app
-    from worker_config.settings import load_settings
+    from planq.worker_config.factory import create_app
+    from planq.worker_config.settings import load_settings
 
     remaining = iter(plan_ids)
     conn_url = database_url.replace("postgresql+psycopg://", "postgresql://")
@@ -798,11 +798,11 @@ def ledger_system(
     def make_enqueue(n: int) -> list[Callable[[], Any]]:
         return [delay(next(remaining)) for _ in range(n)]
 
-    module = "worker_config" if events else "bench.planq_noevents"
+    module = "planq.worker_config" if events else "bench.planq_noevents"
     worker = WorkerProcess(name, module, PLANQ_QUEUE, env, args, logdir)
 
     def close() -> None:
-        from tasks.runtime import reset_runtime
+        from planq.tasks.runtime import reset_runtime
 
         reset_runtime(app)
         conn["pg"].close()
@@ -1090,7 +1090,7 @@ def main(argv: list[str] | None = None) -> int:
                     raw_system(args, logdir, "raw+events", events=True), args
                 )
         if args.only in (None, "planq"):
-            from store.migrate import upgrade
+            from planq.store.migrate import upgrade
 
             names = LEDGER_SYSTEMS if args.attribution else LEDGER_SYSTEMS[:1]
             count = args.warmup + args.rounds * args.jobs * (2 if args.drain else 1)

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
-from cli.output import BadInput, Unavailable, one_line
+from planq.cli.output import BadInput, Unavailable, one_line
 
 #: Seconds to wait for the broker before a publishing command gives up.
 BROKER_CHECK_TIMEOUT = 5.0
@@ -20,8 +20,8 @@ BROKER_CHECK_TIMEOUT = 5.0
 
 def load_settings() -> Any:
     """PlanqSettings from the environment; BadInput (one line) if a value is invalid."""
-    from domain.errors import ConfigurationError
-    from worker_config.settings import load_settings as load  # builds nothing at import
+    from planq.domain.errors import ConfigurationError
+    from planq.worker_config.settings import load_settings as load  # builds nothing at import
 
     try:
         return load()
@@ -31,7 +31,7 @@ def load_settings() -> Any:
 
 def build_app(settings: Any) -> Any:
     """The Celery app for these settings (tests may wrap this to add tasks)."""
-    from worker_config.factory import create_app
+    from planq.worker_config.factory import create_app
 
     return create_app(settings)
 
@@ -46,11 +46,11 @@ class LedgerReader:
     def __init__(self, database_url: str) -> None:
         from sqlalchemy.engine import make_url
 
-        from store import Database, SqlRunStoreProvider, sql_ledger
+        from planq.store import Database, SqlRunStoreProvider, sql_ledger
 
         self.db = Database(database_url)
         if make_url(database_url).get_backend_name() == "sqlite" and not self._migrated():
-            from store.migrate import upgrade
+            from planq.store.migrate import upgrade
 
             upgrade(database_url)
         self.jobs, self.plans = sql_ledger(self.db)
@@ -77,7 +77,7 @@ class Planq:
 
     @cached_property
     def redactor(self) -> Any:
-        """domain.redaction.Redactor: the one redactor of this session, built from settings.
+        """planq.domain.redaction.Redactor: the one redactor of this session, built from settings.
 
         The app built below (and so its runtime) gets its own from the same settings: the
         same patterns, so every text this session shows is redacted alike.
@@ -91,8 +91,8 @@ class Planq:
 
     @cached_property
     def runtime(self) -> Any:
-        """tasks.runtime.Runtime: ledger stores, engine, lifecycle, publisher."""
-        from tasks.runtime import runtime_for
+        """planq.tasks.runtime.Runtime: ledger stores, engine, lifecycle, publisher."""
+        from planq.tasks.runtime import runtime_for
 
         return runtime_for(self.app)
 
@@ -114,7 +114,7 @@ class Planq:
 
     def require_broker(self) -> None:
         """Unavailable unless the broker answers (checked before a publishing command writes)."""
-        from cli.output import classify
+        from planq.cli.output import classify
 
         if str(self.settings.broker_url).startswith("memory://"):
             raise BadInput(
@@ -138,7 +138,7 @@ class Planq:
         if isinstance(ledger, LedgerReader):
             ledger.close()
         if "runtime" in self.__dict__:
-            from tasks.runtime import reset_runtime
+            from planq.tasks.runtime import reset_runtime
 
             reset_runtime(self.app)
         if "app" in self.__dict__:

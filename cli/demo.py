@@ -25,13 +25,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from domain.errors import EmbeddedWorkerError, PlanqError
-from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from domain.plans import Plan, PlanPhase
-from tasks.embedded import EmbeddedWorker
-from tasks.runtime import Runtime, reset_runtime, runtime_for
-from worker_config.factory import create_app
-from worker_config.settings import load_settings
+from planq.domain.errors import EmbeddedWorkerError, PlanqError
+from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.tasks.embedded import EmbeddedWorker
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.worker_config.factory import create_app
+from planq.worker_config.settings import load_settings
 
 #: Deadlines: the demo fails with a clear message rather than hang.
 PHASE_DEADLINE = 30.0

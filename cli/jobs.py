@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import limits, services
-from cli.context import Planq, planq
-from cli.output import boundary, emit_json, print_fields, print_table, warn
-from cli.views import job_dict, print_jobs
+from planq.cli import limits, services
+from planq.cli.context import Planq, planq
+from planq.cli.output import boundary, emit_json, print_fields, print_table, warn
+from planq.cli.views import job_dict, print_jobs
 
 jobs_app = typer.Typer(help="Jobs in the ledger.", no_args_is_help=True)
 
@@ -34,7 +34,7 @@ def list_jobs(
     as_json: JsonOpt = False,
 ) -> None:
     """Jobs, newest first, with how many match in all."""
-    from domain.ids import require_ulid
+    from planq.domain.ids import require_ulid
 
     limits.check_window(limit, offset)  # every input checked before the ledger is opened
     services.parse_status(status)

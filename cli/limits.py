@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from cli.output import BadInput
+from planq.cli.output import BadInput
 
 #: The most rows a listing pages over (offset + limit): a bound for people and scripts.
 MAX_PAGE_WINDOW = 10_000
@@ -60,7 +60,7 @@ def check_number(option: str, value: float, low: float, high: float) -> float:
 
 def check_job_name(name: str) -> str:
     """A recoverable job's name as the run store bounds it (BoundsError: no NUL, not too long)."""
-    from domain.bounds import MAX_JOB_NAME_LENGTH, check_text
+    from planq.domain.bounds import MAX_JOB_NAME_LENGTH, check_text
 
     return check_text("job name", name, MAX_JOB_NAME_LENGTH)
 

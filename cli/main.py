@@ -12,13 +12,13 @@ from typing import Annotated
 
 import typer
 
-from cli import services
-from cli.api.server import api_command
-from cli.jobs import jobs_app
-from cli.output import OneLineErrors, boundary
-from cli.plans import plans_app
-from cli.runs import runs_app
-from cli.schedule import schedule_command
+from planq.cli import services
+from planq.cli.api.server import api_command
+from planq.cli.jobs import jobs_app
+from planq.cli.output import OneLineErrors, boundary
+from planq.cli.plans import plans_app
+from planq.cli.runs import runs_app
+from planq.cli.schedule import schedule_command
 
 app = typer.Typer(
     name="planq",
@@ -42,7 +42,7 @@ class _OneLine(logging.Handler):
     """Library warnings as one stderr line each, without tracebacks (the CLI explains)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from domain.redaction import redact_secrets
+        from planq.domain.redaction import redact_secrets
 
         try:
             message = " ".join(record.getMessage().split())
@@ -75,7 +75,7 @@ def db_upgrade(
     ] = None,
 ) -> None:
     """Apply the ledger's migrations (idempotent)."""
-    from store.migrate import upgrade
+    from planq.store.migrate import upgrade
 
     target = url or "sqlite:///planq.db"
     upgrade(target)
@@ -85,7 +85,7 @@ def db_upgrade(
 @app.command()
 def demo() -> None:
     """Run the whole lifecycle embedded: nothing to install or start."""
-    from cli.demo import run_demo
+    from planq.cli.demo import run_demo
 
     raise typer.Exit(run_demo())
 

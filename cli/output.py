@@ -93,7 +93,7 @@ def cut(text: str, limit: int = MAX_MESSAGE) -> str:
 
 def one_line(exc: BaseException) -> str:
     """A single, redacted line describing exc (pydantic and DBAPI errors included)."""
-    from domain.redaction import redact_secrets
+    from planq.domain.redaction import redact_secrets
 
     errors = getattr(exc, "errors", None)
     if callable(errors) and type(exc).__name__ == "ValidationError":
@@ -108,7 +108,7 @@ def one_line(exc: BaseException) -> str:
 
 def classify(exc: Exception) -> CliError | None:
     """The CliError a known exception stands for; None for a bug (let it show)."""
-    from domain.errors import (
+    from planq.domain.errors import (
         ConcurrentUpdateError,
         InvalidJobTransitionError,
         InvalidPlanTransitionError,
@@ -129,10 +129,14 @@ def classify(exc: Exception) -> CliError | None:
     return _service_error(exc)
 
 
+#: Where planq's own deliberate TypeErrors are defined.
+OWN_MODULES = ("planq.domain.", "planq.store.", "planq.cli.")
+
+
 def _domain_type_error(exc: Exception) -> bool:
     """A TypeError planq's own layers raise on purpose (a wrong type at a boundary)."""
     module = type(exc).__module__
-    return isinstance(exc, TypeError) and module.split(".")[0] in ("domain", "store", "cli")
+    return isinstance(exc, TypeError) and module.startswith(OWN_MODULES)
 
 
 def _service_error(exc: Exception) -> CliError | None:

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import limits, services
-from cli.context import planq
-from cli.output import BadInput, boundary, emit_json, print_fields, warn
-from cli.views import job_dict, print_jobs, print_plans
+from planq.cli import limits, services
+from planq.cli.context import planq
+from planq.cli.output import BadInput, boundary, emit_json, print_fields, warn
+from planq.cli.views import job_dict, print_jobs, print_plans
 
 plans_app = typer.Typer(help="Plans and their phase jobs.", no_args_is_help=True)
 
@@ -55,7 +55,7 @@ def create(
     as_json: JsonOpt = False,
 ) -> None:
     """Store a new plan (state New); nothing is queued yet."""
-    from domain.plans import Plan
+    from planq.domain.plans import Plan
 
     parsed = parse_steps(steps)
     Plan.with_steps(parsed, name=name)  # the domain's bounds (BoundsError), before the ledger
@@ -149,7 +149,7 @@ def watch(
     as_json: JsonOpt = False,
 ) -> None:
     """Live progress bars of the plan's jobs until every one has ended (exit 0; 1 on timeout)."""
-    from cli.watch import watch_plan
+    from planq.cli.watch import watch_plan
 
     limits.check_watch(timeout, interval)
     with planq() as session:

@@ -6,10 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from cli import limits, services
-from cli.context import Planq, planq
-from cli.output import BadInput, Refused, boundary, emit_json, print_fields, print_table
-from cli.views import FINDING_COLUMNS, finding_row, print_runs
+from planq.cli import limits, services
+from planq.cli.context import Planq, planq
+from planq.cli.output import BadInput, Refused, boundary, emit_json, print_fields, print_table
+from planq.cli.views import FINDING_COLUMNS, finding_row, print_runs
 
 runs_app = typer.Typer(help="Recoverable runs (long, resumable scans).", no_args_is_help=True)
 
@@ -151,7 +151,7 @@ def findings(
     as_json: JsonOpt = False,
 ) -> None:
     """A run's findings in the order recorded (a scan's own order, oldest first), one page."""
-    from domain.bounds import MAX_OFFSET
+    from planq.domain.bounds import MAX_OFFSET
 
     if limit > limits.MAX_PAGE_WINDOW or offset > MAX_OFFSET:
         raise BadInput(f"--limit must be at most {limits.MAX_PAGE_WINDOW}, --offset {MAX_OFFSET}")
@@ -188,7 +188,7 @@ def purge(
     as_json: JsonOpt = False,
 ) -> None:
     """Delete ended runs (and their findings) older than N days; active runs are never touched."""
-    from domain.bounds import MAX_RETENTION_DAYS
+    from planq.domain.bounds import MAX_RETENTION_DAYS
 
     limits.check_number("--older-than-days", older_than_days, 1.0, MAX_RETENTION_DAYS)
     with planq() as session:

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.context import Planq, planq
-from cli.output import boundary, emit_json, local_time, print_table
-from cli.runs import RUN_TASK_PREFIX
+from planq.cli.context import Planq, planq
+from planq.cli.output import boundary, emit_json, local_time, print_table
+from planq.cli.runs import RUN_TASK_PREFIX
 
 MAINTENANCE_PREFIX = "planq.maintenance."
 #: How many due rows to count at most (the figure is a hint, not an audit).

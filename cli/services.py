@@ -21,11 +21,11 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.context import Planq
-from cli.limits import Page, check_job_name, check_window
-from cli.output import BadInput, Refused, boundary
+from planq.cli.context import Planq
+from planq.cli.limits import Page, check_job_name, check_window
+from planq.cli.output import BadInput, Refused, boundary
 
-APP_MODULE = "worker_config"
+APP_MODULE = "planq.worker_config"
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 DryRun = Annotated[
@@ -35,7 +35,7 @@ LogLevel = Annotated[str, typer.Option("--loglevel", "-l", help="Celery log leve
 
 
 def celery_argv(command: str, *options: str) -> list[str]:
-    """['<celery>', '-A', 'worker_config', command, *options]; celery from this environment."""
+    """[celery, '-A', 'planq.worker_config', command, *options]; celery from this environment."""
     beside = Path(sys.executable).with_name("celery")
     if beside.exists():
         head = [str(beside)]
@@ -58,7 +58,7 @@ def run(argv: list[str], dry_run: bool) -> None:
 
 def default_concurrency() -> int:
     """PLANQ_MAX_WORKERS (validated like every planq setting)."""
-    from cli.context import load_settings
+    from planq.cli.context import load_settings
 
     return int(load_settings().max_workers)
 
@@ -176,7 +176,7 @@ class TriggerResult:
 
 def parse_status(text: str | None) -> Any:
     """The AsyncJobStatus named, or BadInput listing the valid ones."""
-    from domain.jobs import AsyncJobStatus
+    from planq.domain.jobs import AsyncJobStatus
 
     if text is None:
         return None
@@ -189,7 +189,7 @@ def parse_status(text: str | None) -> Any:
 
 def find_job(session: Planq, job_id: str) -> Any:
     """The job row; InvalidIdError for a malformed id, NotFound for an unknown one."""
-    from domain.ids import require_ulid
+    from planq.domain.ids import require_ulid
 
     job = session.ledger.jobs.get(require_ulid("job_id", job_id))
     if job is None:
@@ -201,7 +201,7 @@ def list_jobs(
     session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
 ) -> list[Any]:
     """Jobs oldest first (the admin API's order: who has waited longest), one page."""
-    from domain.ids import require_ulid
+    from planq.domain.ids import require_ulid
 
     check_window(limit, offset)
     wanted = parse_status(status)
@@ -220,7 +220,7 @@ def job_page(
     session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
 ) -> Page:
     """Jobs newest first, filtered by status and/or plan, with the filter's total."""
-    from domain.ids import require_ulid
+    from planq.domain.ids import require_ulid
 
     check_window(limit, offset)
     wanted = parse_status(status)
@@ -252,7 +252,7 @@ def run_page(session: Planq, job_name: str | None, limit: int) -> Page:
 
 def find_plan(session: Planq, plan_id: str) -> Any:
     """The plan; InvalidIdError for a malformed id, NotFound for an unknown one."""
-    from domain.ids import require_ulid
+    from planq.domain.ids import require_ulid
 
     plan = session.ledger.plans.get(require_ulid("plan_id", plan_id))
     if plan is None:
@@ -274,7 +274,7 @@ def create_plan(session: Planq, steps: list[dict[str, Any]], name: str = "") -> 
 
 
 def _phase(phase: str) -> Any:
-    from domain.plans import PlanPhase
+    from planq.domain.plans import PlanPhase
 
     try:
         return PlanPhase(phase)
@@ -327,7 +327,7 @@ def retry_job(session: Planq, job_id: str) -> tuple[Any, bool]:
     if session.ledger.plans.get(job.plan_id) is None:  # checked again inside the retry
         raise PlanGone(f"job {job.job_id}'s plan {job.plan_id} no longer exists; nothing to retry")
     session.require_broker()
-    from domain.errors import PlanNotFoundError
+    from planq.domain.errors import PlanNotFoundError
 
     try:
         new, published = session.runtime.worker.retry_job(job)
@@ -354,7 +354,7 @@ def cleanup_jobs(session: Planq) -> int:
 
 def recoverable_handler(session: Planq, name: str) -> Any:
     """The registered handler named; NotFound listing the known ones."""
-    from tasks.recoverable import registered_jobs
+    from planq.tasks.recoverable import registered_jobs
 
     handlers = registered_jobs(session.app)
     if name not in handlers:
@@ -365,7 +365,7 @@ def recoverable_handler(session: Planq, name: str) -> Any:
 
 def find_run(session: Planq, run_id: str, job_name: str | None = None) -> Any:
     """The run's summary (of job_name, if given); InvalidIdError / NotFound."""
-    from domain.ids import require_ulid
+    from planq.domain.ids import require_ulid
 
     run = session.runs.get_run_by_id(require_ulid("run_id", run_id))
     if run is None or (job_name is not None and run.job_name != job_name):
@@ -378,8 +378,8 @@ def check_run_args(name: str, args: dict[str, str]) -> dict[str, str]:
     """Refuse bad trigger args before anything is sent (planq's own scan knows its bounds)."""
     from dataclasses import fields
 
-    from domain.runs.checks import check_param
-    from tasks.ledger_consistency import JOB_NAME, ScanParams
+    from planq.domain.runs.checks import check_param
+    from planq.tasks.ledger_consistency import JOB_NAME, ScanParams
 
     for key, value in args.items():
         check_param(key, value)
@@ -403,9 +403,9 @@ def trigger_run(
     """
     from kombu.utils.uuid import uuid
 
-    from domain.runs import RunStatus
-    from tasks import trigger_slot
-    from tasks.recoverable import task_name
+    from planq.domain.runs import RunStatus
+    from planq.tasks import trigger_slot
+    from planq.tasks.recoverable import task_name
 
     recoverable_handler(session, name)
     check_run_args(name, args)
@@ -457,7 +457,7 @@ def purge_runs(session: Planq, retention_days: float) -> tuple[int, float]:
 
     Days must be finite and at most domain.bounds.MAX_RETENTION_DAYS (BadInput otherwise).
     """
-    from domain.bounds import MAX_RETENTION_DAYS
+    from planq.domain.bounds import MAX_RETENTION_DAYS
 
     days = float(retention_days)
     if not math.isfinite(days) or days > MAX_RETENTION_DAYS:

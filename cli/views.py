@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.output import percent, print_table
+from planq.cli.output import percent, print_table
 
 JOB_COLUMNS = ("job id", "plan", "phase", "status", "attempt", "progress", "worker", "created")
 PLAN_COLUMNS = ("plan id", "name", "state", "steps", "created", "updated")

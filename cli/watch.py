@@ -5,14 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from cli.context import Planq
-from cli.output import TimedOut, console, emit_json, percent, status_style
-from cli.views import job_dict
+from planq.cli.context import Planq
+from planq.cli.output import TimedOut, console, emit_json, percent, status_style
+from planq.cli.views import job_dict
 
 
 def snapshot(session: Planq, plan_id: str) -> tuple[Any, list[Any]]:
     """The plan and its jobs as the ledger has them now."""
-    from cli.services import plan_jobs
+    from planq.cli.services import plan_jobs
 
     return plan_jobs(session, plan_id)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from domain.cancellation import CancellationToken
-from domain.config import AsyncWorkerConfig
-from domain.errors import (
+from planq.domain.cancellation import CancellationToken
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.errors import (
     ConcurrentUpdateError,
     DuplicateJobError,
     InvalidIdError,
@@ -14,15 +14,15 @@ from domain.errors import (
     PlanNotFoundError,
     PlanqError,
 )
-from domain.health import WorkerHealthReport
-from domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
-from domain.ledger import JobLedger
-from domain.lifecycle import PhaseQueued, PlanLifecycleService
-from domain.payload import deserialize_job_payload, serialize_job_payload
-from domain.plans import Plan, PlanPhase, PlanStatus
-from domain.ports import CancelOutcome, JobStore, PlanStore
-from domain.redaction import redact_secrets
-from domain.runs import (
+from planq.domain.health import WorkerHealthReport
+from planq.domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
+from planq.domain.ledger import JobLedger
+from planq.domain.lifecycle import PhaseQueued, PlanLifecycleService
+from planq.domain.payload import deserialize_job_payload, serialize_job_payload
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.ports import CancelOutcome, JobStore, PlanStore
+from planq.domain.redaction import redact_secrets
+from planq.domain.runs import (
     Completed,
     Failed,
     Finding,

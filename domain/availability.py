@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from domain.bounds import MAX_DURATION_SECONDS, check_number
+from planq.domain.bounds import MAX_DURATION_SECONDS, check_number
 
 #: Sweep kinds, each with its own row (its own schedule judges its own gaps).
 JOB_SWEEP = "jobs"

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from domain.errors import BoundsError, WrongTypeError
+from planq.domain.errors import BoundsError, WrongTypeError
 
 KIB = 1024
 MIB = 1024 * KIB

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from domain.errors import ConfigurationError
+from planq.domain.errors import ConfigurationError
 
 #: The engine's defaults: the one home of each (PLANQ_* settings read them from here).
 DEFAULT_MAX_WORKERS = 4

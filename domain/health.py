@@ -6,7 +6,7 @@ import threading
 from datetime import datetime
 from typing import Any
 
-from domain.clock import utcnow
+from planq.domain.clock import utcnow
 
 
 class WorkerHealthReport:

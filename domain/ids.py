@@ -6,7 +6,7 @@ from uuid import UUID
 
 from ulid import ULID
 
-from domain.errors import InvalidIdError
+from planq.domain.errors import InvalidIdError
 
 
 def new_id() -> str:

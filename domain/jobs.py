@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from domain.bounds import (
+from planq.domain.bounds import (
     INT32_MAX,
     MAX_CHECKPOINT_BYTES,
     MAX_SCHEMA_VERSION,
@@ -21,13 +21,13 @@ from domain.bounds import (
     check_optional_text,
     check_text,
 )
-from domain.bounds import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH
-from domain.clock import as_utc, utcnow
-from domain.errors import InvalidJobTransitionError
-from domain.ids import is_ulid, new_id
-from domain.payload import deserialize_job_payload, serialize_job_payload
-from domain.plans import PlanPhase
-from domain.redaction import BUILTIN, Redactor
+from planq.domain.bounds import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH
+from planq.domain.clock import as_utc, utcnow
+from planq.domain.errors import InvalidJobTransitionError
+from planq.domain.ids import is_ulid, new_id
+from planq.domain.payload import deserialize_job_payload, serialize_job_payload
+from planq.domain.plans import PlanPhase
+from planq.domain.redaction import BUILTIN, Redactor
 
 
 class AsyncJobStatus(StrEnum):

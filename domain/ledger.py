@@ -7,22 +7,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from domain.availability import JOB_SWEEP, allowed_gap
-from domain.bounds import ID_LENGTH, MAX_DURATION_SECONDS, check_number, check_text
-from domain.clock import utcnow
-from domain.config import DEFAULT_STUCK_CHECK_INTERVAL
-from domain.errors import (
+from planq.domain.availability import JOB_SWEEP, allowed_gap
+from planq.domain.bounds import ID_LENGTH, MAX_DURATION_SECONDS, check_number, check_text
+from planq.domain.clock import utcnow
+from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL
+from planq.domain.errors import (
     ConcurrentUpdateError,
     DuplicateJobError,
     InvalidPlanTransitionError,
     PlanNotFoundError,
     PlanqError,
 )
-from domain.jobs import AsyncJob, AsyncJobStatus, redact_error
-from domain.plans import Plan, PlanPhase, PlanStatus
-from domain.ports import CancelOutcome, Claimed, JobStore, PlanStore
-from domain.redaction import BUILTIN, Redactor
-from domain.transitions import PLAN_STATUS_FOR_JOB
+from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.transitions import PLAN_STATUS_FOR_JOB
 
 logger = logging.getLogger("planq.ledger")
 STUCK_ERROR = "heartbeat expired"

@@ -6,14 +6,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from domain.bounds import MAX_BATCH
-from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
-from domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
-from domain.ids import require_ulid
-from domain.jobs import AsyncJob
-from domain.plans import Plan, PlanPhase
-from domain.ports import JobStore, PlanStore, one_ledger
+from planq.domain.bounds import MAX_BATCH
+from planq.domain.clock import utcnow
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
+from planq.domain.ids import require_ulid
+from planq.domain.jobs import AsyncJob
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import JobStore, PlanStore, one_ledger
 
 logger = logging.getLogger("planq.lifecycle")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from domain.redaction import Redactor
+from planq.domain.redaction import Redactor
 
 
 class RedactingFilter(logging.Filter):

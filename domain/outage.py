@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from domain.errors import LedgerUnavailableError
-from domain.redaction import redact_secrets
+from planq.domain.errors import LedgerUnavailableError
+from planq.domain.redaction import redact_secrets
 
 T = TypeVar("T")
 logger = logging.getLogger("planq.ledger")

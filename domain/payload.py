@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from domain.bounds import (
+from planq.domain.bounds import (
     ID_LENGTH,
     MAX_JSON_DEPTH,
     MAX_PAYLOAD_BYTES,
@@ -18,7 +18,7 @@ from domain.bounds import (
     describe,
     json_depth_exceeds,
 )
-from domain.errors import BoundsError, WrongTypeError
+from planq.domain.errors import BoundsError, WrongTypeError
 
 PAYLOAD_KEYS = ("schema_version", "plan_id", "phase")
 _PHASE_LENGTH = 16

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from domain.bounds import (
+from planq.domain.bounds import (
     INT32_MAX,
     MAX_PLAN_NAME_LENGTH,
     MAX_SPEC_BYTES,
@@ -23,9 +23,9 @@ from domain.bounds import (
     check_text,
     describe,
 )
-from domain.clock import as_utc, utcnow
-from domain.errors import BoundsError, InvalidPlanTransitionError, WrongTypeError
-from domain.ids import is_ulid, new_id
+from planq.domain.clock import as_utc, utcnow
+from planq.domain.errors import BoundsError, InvalidPlanTransitionError, WrongTypeError
+from planq.domain.ids import is_ulid, new_id
 
 
 class PlanPhase(StrEnum):

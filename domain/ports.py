@@ -8,9 +8,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
-from domain.availability import Availability
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan
+from planq.domain.availability import Availability
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
 
 
 class CancelOutcome(StrEnum):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cache
 from itertools import product
 
-from domain.jobs import AsyncJobStatus, sources_of
-from domain.plans import STATUS_MOVES, PlanPhase, PlanStatus, can_queue_phase
+from planq.domain.jobs import AsyncJobStatus, sources_of
+from planq.domain.plans import STATUS_MOVES, PlanPhase, PlanStatus, can_queue_phase
 
 #: How a job status shows on its plan.
 PLAN_STATUS_FOR_JOB: dict[AsyncJobStatus, PlanStatus] = {

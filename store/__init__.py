@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from store.database import Database, make_engine
-from store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
-from store.runs_memory import InMemoryRunStoreProvider
-from store.runs_sql import SqlRunStoreProvider
-from store.sql_jobs import SqlJobStore
-from store.sql_plans import SqlPlanStore
+from planq.store.database import Database, make_engine
+from planq.store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.store.runs_sql import SqlRunStoreProvider
+from planq.store.sql_jobs import SqlJobStore
+from planq.store.sql_plans import SqlPlanStore
 
 
 def sql_ledger(database: Database) -> tuple[SqlJobStore, SqlPlanStore]:

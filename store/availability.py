@@ -16,10 +16,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from domain.availability import Availability, check_sweep, next_availability
-from domain.clock import as_utc, utcnow
-from store.database import Database
-from store.models import LedgerAvailabilityModel
+from planq.domain.availability import Availability, check_sweep, next_availability
+from planq.domain.clock import as_utc, utcnow
+from planq.store.database import Database
+from planq.store.models import LedgerAvailabilityModel
 
 A = LedgerAvailabilityModel
 

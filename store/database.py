@@ -15,8 +15,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from domain.errors import LedgerRejectedError, LedgerUnavailableError
-from domain.redaction import redact_secrets
+from planq.domain.errors import LedgerRejectedError, LedgerUnavailableError
+from planq.domain.redaction import redact_secrets
 
 DEFAULT_SQLITE_BUSY_MS = 30_000
 

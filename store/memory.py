@@ -8,12 +8,12 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from domain.availability import Availability
-from domain.errors import ConcurrentUpdateError, DuplicateJobError
-from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from domain.plans import Plan
-from domain.ports import CancelOutcome, Claimed, Ledger
-from domain.transitions import (
+from planq.domain.availability import Availability
+from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError
+from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.domain.ports import CancelOutcome, Claimed, Ledger
+from planq.domain.transitions import (
     CLAIM,
     PLAN_STATUS_FOR_JOB,
     JobMove,
@@ -21,8 +21,8 @@ from domain.transitions import (
     job_move,
     phase_queue_move,
 )
-from store.availability import MemorySightings
-from store.validation import (
+from planq.store.availability import MemorySightings
+from planq.store.validation import (
     check_batch_size,
     check_checkpoint_json,
     check_error_message,

@@ -15,7 +15,7 @@ DEFAULT_URL_ENV = "PLANQ_DATABASE_URL"
 
 def alembic_config(url: str) -> Config:
     """An Alembic config pointing at planq's migrations, with no alembic.ini needed."""
-    from store.database import normalise_url
+    from planq.store.database import normalise_url
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))

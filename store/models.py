@@ -19,9 +19,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from domain.clock import as_utc
-from domain.jobs import AsyncJobStatus
-from domain.plans import PlanPhase, PlanStatus
+from planq.domain.clock import as_utc
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import PlanPhase, PlanStatus
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -134,9 +134,9 @@ class PlanModel(Base):
 
 from sqlalchemy import BigInteger, ForeignKey, LargeBinary, text  # noqa: E402
 
-from domain.runs.findings import Severity  # noqa: E402
-from domain.runs.progress import ProgressKind  # noqa: E402
-from domain.runs.status import NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES, RunStatus  # noqa: E402
+from planq.domain.runs.findings import Severity  # noqa: E402
+from planq.domain.runs.progress import ProgressKind  # noqa: E402
+from planq.domain.runs.status import NON_TERMINAL_RUN_STATUSES, TERMINAL_RUN_STATUSES, RunStatus  # noqa: E402
 
 RUN_STATUSES = [s.value for s in RunStatus]
 RUN_NON_TERMINAL = [s.value for s in RunStatus if s in NON_TERMINAL_RUN_STATUSES]

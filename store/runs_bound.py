@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from domain.errors import RunFencedError
-from domain.redaction import BUILTIN, Redactor
+from planq.domain.errors import RunFencedError
+from planq.domain.redaction import BUILTIN, Redactor
 
 Clock = Callable[[], datetime]
 

@@ -10,13 +10,13 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from domain.availability import RUN_SWEEP, stale_sweep_gap
-from domain.clock import utcnow
-from domain.errors import RunNotActiveError, RunNotFoundError
-from domain.ids import new_id
-from domain.outage import PROCESS_OUTAGES, OutageMonitor
-from domain.redaction import BUILTIN, Redactor
-from domain.runs.checks import (
+from planq.domain.availability import RUN_SWEEP, stale_sweep_gap
+from planq.domain.clock import utcnow
+from planq.domain.errors import RunNotActiveError, RunNotFoundError
+from planq.domain.ids import new_id
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.runs.checks import (
     SERVER_RESTART_ERROR,
     SWEEP_ERROR,
     check_cursor,
@@ -36,7 +36,7 @@ from domain.runs.checks import (
     purge_cutoff,
     stale_cutoff,
 )
-from domain.runs.findings import (
+from planq.domain.runs.findings import (
     Finding,
     Severity,
     check_kind,
@@ -46,13 +46,13 @@ from domain.runs.findings import (
     detail_to_json,
     present_severity_counts,
 )
-from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
-from domain.runs.progress import ProgressKind
-from domain.runs.status import RunStatus
-from domain.runs.summary import RunSummary, build_summary
-from domain.runs.sweep import SweepResult
-from store.availability import MemorySightings
-from store.runs_bound import BoundRun, Clock
+from planq.domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
+from planq.domain.runs.progress import ProgressKind
+from planq.domain.runs.status import RunStatus
+from planq.domain.runs.summary import RunSummary, build_summary
+from planq.domain.runs.sweep import SweepResult
+from planq.store.availability import MemorySightings
+from planq.store.runs_bound import BoundRun, Clock
 
 
 @dataclass

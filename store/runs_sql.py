@@ -10,19 +10,19 @@ from uuid import UUID
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from domain.availability import RUN_SWEEP, stale_sweep_gap
-from domain.bounds import INT64_MAX
-from domain.clock import utcnow
-from domain.errors import (
+from planq.domain.availability import RUN_SWEEP, stale_sweep_gap
+from planq.domain.bounds import INT64_MAX
+from planq.domain.clock import utcnow
+from planq.domain.errors import (
     ConcurrentUpdateError,
     RunFencedError,
     RunNotActiveError,
     RunNotFoundError,
 )
-from domain.ids import new_id
-from domain.outage import PROCESS_OUTAGES, OutageMonitor
-from domain.redaction import BUILTIN, Redactor
-from domain.runs.checks import (
+from planq.domain.ids import new_id
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.runs.checks import (
     SERVER_RESTART_ERROR,
     SWEEP_ERROR,
     check_cursor,
@@ -43,7 +43,7 @@ from domain.runs.checks import (
     purge_cutoff,
     stale_cutoff,
 )
-from domain.runs.findings import (
+from planq.domain.runs.findings import (
     Finding,
     Severity,
     check_kind,
@@ -53,20 +53,20 @@ from domain.runs.findings import (
     detail_to_json,
     present_severity_counts,
 )
-from domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
-from domain.runs.progress import ProgressKind
-from domain.runs.status import (
+from planq.domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
+from planq.domain.runs.progress import ProgressKind
+from planq.domain.runs.status import (
     ACTIVE_RUN_STATUSES,
     NON_TERMINAL_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     RunStatus,
 )
-from domain.runs.summary import RunSummary, build_summary
-from domain.runs.sweep import SweepResult
-from store.availability import sight_ledger
-from store.database import Database
-from store.models import RecoverableRunModel, RunFindingModel
-from store.runs_bound import BoundRun, Clock
+from planq.domain.runs.summary import RunSummary, build_summary
+from planq.domain.runs.sweep import SweepResult
+from planq.store.availability import sight_ledger
+from planq.store.database import Database
+from planq.store.models import RecoverableRunModel, RunFindingModel
+from planq.store.runs_bound import BoundRun, Clock
 
 R = RecoverableRunModel
 F = RunFindingModel

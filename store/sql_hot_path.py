@@ -16,18 +16,18 @@ from typing import Any
 
 from sqlalchemy import Connection, TextClause, insert, or_, select, text, update
 
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan, PlanPhase
-from domain.ports import Claimed
-from domain.transitions import (
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import Claimed
+from planq.domain.transitions import (
     CLAIM,
     PLAN_STATUS_FOR_JOB,
     JobMove,
     finish_move,
     phase_queue_move,
 )
-from store.models import AsyncJobModel as J
-from store.models import PlanModel as P
+from planq.store.models import AsyncJobModel as J
+from planq.store.models import PlanModel as P
 
 JOB_FIELDS = [c.key for c in J.__table__.columns]
 PLAN_FIELDS = [c.key for c in P.__table__.columns]

@@ -9,16 +9,16 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from domain.availability import Availability
-from domain.errors import DuplicateJobError
-from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from domain.plans import Plan
-from domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
-from domain.transitions import job_move
-from store.availability import sight_ledger
-from store.database import Database
-from store.models import AsyncJobModel
-from store.sql_hot_path import (
+from planq.domain.availability import Availability
+from planq.domain.errors import DuplicateJobError
+from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
+from planq.domain.transitions import job_move
+from planq.store.availability import sight_ledger
+from planq.store.database import Database
+from planq.store.models import AsyncJobModel
+from planq.store.sql_hot_path import (
     pg_claim,
     pg_finish,
     pg_queue,
@@ -26,7 +26,7 @@ from store.sql_hot_path import (
     sqlite_finish,
     sqlite_queue,
 )
-from store.validation import (
+from planq.store.validation import (
     check_batch_size,
     check_checkpoint_json,
     check_error_message,

@@ -7,12 +7,12 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 
-from domain.errors import ConcurrentUpdateError
-from domain.plans import Plan
-from domain.ports import Ledger
-from store.database import Database
-from store.models import PlanModel
-from store.validation import check_id, check_list_limit, check_page, check_plan
+from planq.domain.errors import ConcurrentUpdateError
+from planq.domain.plans import Plan
+from planq.domain.ports import Ledger
+from planq.store.database import Database
+from planq.store.models import PlanModel
+from planq.store.validation import check_id, check_list_limit, check_page, check_plan
 
 P = PlanModel
 _FIELDS = [c.key for c in P.__table__.columns]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from domain.bounds import (
+from planq.domain.bounds import (
     ID_LENGTH,
     INT32_MAX,
     INT64_MAX,
@@ -20,8 +20,8 @@ from domain.bounds import (
     check_text,
     describe,
 )
-from domain.errors import BoundsError, WrongTypeError
-from domain.jobs import (
+from planq.domain.errors import BoundsError, WrongTypeError
+from planq.domain.jobs import (
     AsyncJob,
     AsyncJobStatus,
     check_checkpoint_json,
@@ -30,7 +30,7 @@ from domain.jobs import (
     check_progress,
     check_worker_id,
 )
-from domain.plans import Plan
+from planq.domain.plans import Plan
 
 __all__ = [
     "check_batch_size",

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from domain.errors import LedgerUnavailableError
-from domain.outage import DEFAULT_OUTAGE_BUDGET, PROCESS_OUTAGES, OutageMonitor
+from planq.domain.errors import LedgerUnavailableError
+from planq.domain.outage import DEFAULT_OUTAGE_BUDGET, PROCESS_OUTAGES, OutageMonitor
 
 logger = logging.getLogger("planq.dispatch")
 

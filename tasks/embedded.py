@@ -32,10 +32,10 @@ from celery.worker import WorkController
 from celery.worker import state as worker_state
 from kombu.asynchronous import set_event_loop
 
-from domain.errors import EmbeddedWorkerError
-from tasks.revoke_bridge import install_revoke_bridge
-from tasks.runtime import Runtime
-from tasks.tracker import WORKER_SHUTDOWN
+from planq.domain.errors import EmbeddedWorkerError
+from planq.tasks.revoke_bridge import install_revoke_bridge
+from planq.tasks.runtime import Runtime
+from planq.tasks.tracker import WORKER_SHUTDOWN
 
 logger = logging.getLogger("planq.embedded")
 

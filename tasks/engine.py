@@ -11,21 +11,21 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from domain.cancellation import CancellationToken
-from domain.clock import utcnow
-from domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from domain.errors import LedgerRejectedError
-from domain.health import WorkerHealthReport
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ledger import JobLedger, StuckReport
-from domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
-from domain.plans import Plan, PlanPhase
-from domain.ports import CancelOutcome, JobStore, PlanStore
-from domain.redaction import BUILTIN, Redactor, describe_exception
-from tasks import metrics
-from tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
-from tasks.store_poller import StorePoller
-from tasks.tracker import LOST_CLAIM, WORKER_SHUTDOWN, JobTracker
+from planq.domain.cancellation import CancellationToken
+from planq.domain.clock import utcnow
+from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
+from planq.domain.errors import LedgerRejectedError
+from planq.domain.health import WorkerHealthReport
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger, StuckReport
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import CancelOutcome, JobStore, PlanStore
+from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.tasks import metrics
+from planq.tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
+from planq.tasks.store_poller import StorePoller
+from planq.tasks.tracker import LOST_CLAIM, WORKER_SHUTDOWN, JobTracker
 
 logger = logging.getLogger("planq.worker")
 

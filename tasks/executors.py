@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
-from domain.bounds import MAX_CHECKPOINT_BYTES, check_json_value
-from domain.cancellation import CancellationToken
-from domain.errors import UnknownExecutorError
-from domain.jobs import AsyncJob
-from domain.plans import Plan, PlanPhase
+from planq.domain.bounds import MAX_CHECKPOINT_BYTES, check_json_value
+from planq.domain.cancellation import CancellationToken
+from planq.domain.errors import UnknownExecutorError
+from planq.domain.jobs import AsyncJob
+from planq.domain.plans import Plan, PlanPhase
 
 ENTRY_POINT_GROUP = "planq.executors"
 logger = logging.getLogger("planq.executors")

@@ -25,12 +25,12 @@ from typing import Any, TypeVar
 
 from sqlalchemy import func, select
 
-from domain.clock import as_utc, utcnow
-from domain.jobs import AsyncJobStatus
-from domain.outage import ride_out_outage
-from domain.payload import deserialize_job_payload
-from domain.redaction import BUILTIN, Redactor
-from domain.runs import (
+from planq.domain.clock import as_utc, utcnow
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.outage import ride_out_outage
+from planq.domain.payload import deserialize_job_payload
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.runs import (
     Completed,
     Failed,
     Paused,
@@ -40,9 +40,9 @@ from domain.runs import (
     RunStore,
     Severity,
 )
-from domain.transitions import PLAN_STATUS_FOR_JOB
-from store import Database
-from store.models import AsyncJobModel, PlanModel
+from planq.domain.transitions import PLAN_STATUS_FOR_JOB
+from planq.store import Database
+from planq.store.models import AsyncJobModel, PlanModel
 
 logger = logging.getLogger("planq.runs.ledger_consistency")
 T = TypeVar("T")

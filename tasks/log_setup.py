@@ -7,8 +7,8 @@ from typing import Any
 
 from celery.signals import after_setup_logger, after_setup_task_logger
 
-from domain.log_redaction import install_redacting_filter
-from domain.redaction import Redactor
+from planq.domain.log_redaction import install_redacting_filter
+from planq.domain.redaction import Redactor
 
 
 def connect_log_redaction(redactor: Redactor) -> None:

@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from celery import Celery
 
-from domain.errors import LedgerUnavailableError
-from tasks.runtime import runtime_for
+from planq.domain.errors import LedgerUnavailableError
+from planq.tasks.runtime import runtime_for
 
 T = TypeVar("T")
 

@@ -10,12 +10,12 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 from celery.result import AsyncResult
 
-from domain.ids import is_ulid
-from domain.jobs import AsyncJob
-from domain.plans import PlanPhase
-from domain.redaction import describe_exception
-from tasks.engine import PickupResult
-from tasks.runtime import runtime_for
+from planq.domain.ids import is_ulid
+from planq.domain.jobs import AsyncJob
+from planq.domain.plans import PlanPhase
+from planq.domain.redaction import describe_exception
+from planq.tasks.engine import PickupResult
+from planq.tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.tasks")
 

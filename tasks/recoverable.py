@@ -40,20 +40,20 @@ from celery.exceptions import Ignore
 from celery.signals import worker_init, worker_shutting_down
 from celery.utils.saferepr import saferepr
 
-from domain.outage import ride_out_outage
-from domain.redaction import BUILTIN, Redactor
-from domain.runs import (
+from planq.domain.outage import ride_out_outage
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.runs import (
     RecoverableJobHandler,
     RunHeartbeat,
     RunStatus,
     SweepResult,
     run_or_resume,
 )
-from domain.runs.heartbeat import interval_for
-from tasks import metrics, trigger_slot
-from tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
-from tasks.ledger_consistency import LedgerConsistencyHandler
-from tasks.runtime import runtime_for
+from planq.domain.runs.heartbeat import interval_for
+from planq.tasks import metrics, trigger_slot
+from planq.tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
+from planq.tasks.ledger_consistency import LedgerConsistencyHandler
+from planq.tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.runs")
 

@@ -5,7 +5,7 @@ results, storing and forgetting are no-ops, and a state is always derived from t
 (queued -> PENDING, running -> STARTED, succeeded -> SUCCESS, failed -> FAILURE,
 cancelled -> REVOKED). An id with no row (unknown, purged by TTL cleanup, or a maintenance
 or runs task) is PENDING, as in Celery. Configured by `worker_config.celery_config` as
-`result_backend = "tasks.result_backend:LedgerBackend"`.
+`result_backend = "planq.tasks.result_backend:LedgerBackend"`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from celery import states
 from celery.backends.base import BaseBackend
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 
-from domain.errors import JobCancelledError, JobFailedError, PlanqError
-from domain.ids import is_ulid
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ports import JobStore
-from tasks.runtime import runtime_for
+from planq.domain.errors import JobCancelledError, JobFailedError, PlanqError
+from planq.domain.ids import is_ulid
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ports import JobStore
+from planq.tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.result_backend")
 

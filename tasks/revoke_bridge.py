@@ -31,10 +31,10 @@ from celery.utils.functional import maybe_list
 from celery.worker import control
 from celery.worker import state as worker_state
 
-from domain.jobs import AsyncJobStatus
-from domain.ports import CancelOutcome
-from tasks import metrics
-from tasks.runtime import RECORDED, Runtime, runtime_for
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.ports import CancelOutcome
+from planq.tasks import metrics
+from planq.tasks.runtime import RECORDED, Runtime, runtime_for
 
 logger = logging.getLogger("planq.revoke")
 POKE_SIGNAL = signals.SIGUSR2

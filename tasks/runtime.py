@@ -12,16 +12,16 @@ from typing import Any
 
 from celery.signals import worker_init
 
-from domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from domain.jobs import AsyncJob
-from domain.lifecycle import PlanLifecycleService
-from domain.ports import CancelOutcome
-from domain.redaction import BUILTIN, Redactor
-from store import Database, SqlRunStoreProvider, sql_ledger
-from store.migrate import upgrade
-from tasks.dispatch_stamps import DispatchStamps
-from tasks.engine import AsyncWorker, worker_id_for
-from tasks.executors import ExecutorRegistry
+from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
+from planq.domain.jobs import AsyncJob
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.ports import CancelOutcome
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.store import Database, SqlRunStoreProvider, sql_ledger
+from planq.store.migrate import upgrade
+from planq.tasks.dispatch_stamps import DispatchStamps
+from planq.tasks.engine import AsyncWorker, worker_id_for
+from planq.tasks.executors import ExecutorRegistry
 
 logger = logging.getLogger("planq.runtime")
 #: The revoke argument that says "already recorded in the ledger", with the outcome: set by

@@ -26,9 +26,9 @@ from celery.signals import (
     worker_shutting_down,
 )
 
-from tasks import metrics
-from tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
-from tasks.runtime import runtime_for
+from planq.tasks import metrics
+from planq.tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
+from planq.tasks.runtime import runtime_for
 
 logger = logging.getLogger("planq.signals")
 #: Tells a prefork child "warm shutdown: trip your tokens". Not SIGHUP/SIGUSR1/SIGTERM:

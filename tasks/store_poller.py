@@ -14,8 +14,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ports import JobStore
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ports import JobStore
 
 logger = logging.getLogger("planq.poller")
 

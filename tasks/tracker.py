@@ -9,10 +9,10 @@ import select
 import threading
 from collections.abc import Callable
 
-from domain.cancellation import CancellationToken
-from domain.errors import LedgerUnavailableError
-from domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
-from domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.domain.cancellation import CancellationToken
+from planq.domain.errors import LedgerUnavailableError
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
+from planq.domain.redaction import BUILTIN, Redactor, describe_exception
 
 logger = logging.getLogger("planq.heartbeat")
 

@@ -10,12 +10,12 @@ import requests
 import uvicorn
 from sqlalchemy import insert
 
-from cli.api.app import create_api
-from domain.clock import utcnow
-from domain.ids import new_id
-from domain.payload import serialize_job_payload
-from store import Database
-from store.models import AsyncJobModel, PlanModel
+from planq.cli.api.app import create_api
+from planq.domain.clock import utcnow
+from planq.domain.ids import new_id
+from planq.domain.payload import serialize_job_payload
+from planq.store import Database
+from planq.store.models import AsyncJobModel, PlanModel
 from tests.acceptance.flower_support import free_port
 from tests.support import wait_for
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from domain.bounds import (
+from planq.domain.bounds import (
     INT64_MAX,
     MAX_CURSOR_BYTES,
     MAX_DETAIL_BYTES,
@@ -18,8 +18,8 @@ from domain.bounds import (
     MAX_PARAM_VALUE_BYTES,
     MAX_RESOURCE_ID_LENGTH,
 )
-from domain.errors import BoundsError
-from domain.runs import ProgressKind, RunStore
+from planq.domain.errors import BoundsError
+from planq.domain.runs import ProgressKind, RunStore
 
 #: Every property below runs at least 1,000 cases; a store fixture is built once per test.
 THOUSAND = settings(

@@ -15,14 +15,14 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from domain.jobs import AsyncJobStatus
-from domain.ports import JobStore
-from tasks.embedded import EmbeddedWorker
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.ports import JobStore
+from planq.tasks.embedded import EmbeddedWorker
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.worker_config.celery_config import ALL_QUEUES
+from planq.worker_config.factory import create_app
+from planq.worker_config.settings import load_settings
 from tests.support import wait_for
-from worker_config.celery_config import ALL_QUEUES
-from worker_config.factory import create_app
-from worker_config.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {
@@ -102,7 +102,7 @@ class CeleryProcess:
         self.log_path = log_path
         self._log: Any = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker_config", *args],
+            [sys.executable, "-m", "celery", "-A", "planq.worker_config", *args],
             env=env,
             cwd=ROOT,
             stdout=self._log,

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from domain.outage import PROCESS_OUTAGES
-from domain.ports import JobStore, PlanStore
-from store import Database, in_memory_ledger, sql_ledger
-from store.migrate import upgrade
-from store.models import Base
+from planq.domain.outage import PROCESS_OUTAGES
+from planq.domain.ports import JobStore, PlanStore
+from planq.store import Database, in_memory_ledger, sql_ledger
+from planq.store.migrate import upgrade
+from planq.store.models import Base
 from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, flush_redis
 
 

@@ -11,7 +11,7 @@ import time
 
 import redis
 
-from tasks.executors import JobContext
+from planq.tasks.executors import JobContext
 
 REDIS = redis.Redis.from_url(
     os.environ.get("PLANQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"), decode_responses=True

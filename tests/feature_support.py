@@ -11,13 +11,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
-from domain.jobs import AsyncJob
-from domain.plans import PlanPhase
-from domain.ports import JobStore
-from tasks.engine import AsyncWorker
-from tasks.executors import JobContext
+from planq.domain.clock import utcnow
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.jobs import AsyncJob
+from planq.domain.plans import PlanPhase
+from planq.domain.ports import JobStore
+from planq.tasks.engine import AsyncWorker
+from planq.tasks.executors import JobContext
 
 #: The plan id every scenario uses.
 PLAN_ID = "01HXYZ01HXYZ01HXYZ01HXYZ01"

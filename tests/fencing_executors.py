@@ -11,7 +11,7 @@ import os
 import time
 from typing import Any
 
-from tasks.executors import JobContext
+from planq.tasks.executors import JobContext
 from tests.executors_for_tests import REDIS, _Unprintable
 
 #: How long `stepped` keeps running after its token tripped when the plan is named

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.runs import RunStore
-from tasks.recoverable import register_recoverable_job
+from planq.domain.runs import RunStore
+from planq.tasks.recoverable import register_recoverable_job
+from planq.worker_config import get_app
 from tests.executors_for_tests import CUSTOM_TOKEN
-from worker_config import get_app
 
 PANICS = "redaction_panics_in_worker"
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.runs import Fresh, RunStatus, RunStoreProvider, RunSummary
-from tasks.runtime import Runtime
+from planq.domain.runs import Fresh, RunStatus, RunStoreProvider, RunSummary
+from planq.tasks.runtime import Runtime
 from tests.support import wait_for
 
 JOB = "ledger_consistency"

@@ -15,18 +15,18 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
-from domain.errors import ConfigurationError
+from planq.domain.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from worker_config.factory import create_app
-    from worker_config.settings import PlanqSettings, load_settings
+    from planq.worker_config.factory import create_app
+    from planq.worker_config.settings import PlanqSettings, load_settings
 
 #: Exit status of `celery -A worker_config …` refused for an invalid setting (as the CLI's).
 BAD_SETTING_EXIT = 2
 _LAZY = {
-    "create_app": "worker_config.factory",
-    "PlanqSettings": "worker_config.settings",
-    "load_settings": "worker_config.settings",
+    "create_app": "planq.worker_config.factory",
+    "PlanqSettings": "planq.worker_config.settings",
+    "load_settings": "planq.worker_config.settings",
 }
 _TASKS = {
     "strategize_plan": "planq.strategize_plan",
@@ -39,7 +39,7 @@ _built: dict[str, Any] = {}
 
 def get_app() -> Any:
     """The process's default planq app, built from the environment on first use."""
-    from worker_config.factory import create_app
+    from planq.worker_config.factory import create_app
 
     with _lock:
         if "app" not in _built:
@@ -83,7 +83,7 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'worker_config' has no attribute {name!r}")
+    raise AttributeError(f"module 'planq.worker_config' has no attribute {name!r}")
 
 
 __all__ = [

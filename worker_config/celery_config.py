@@ -6,8 +6,8 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
-from domain.plans import PlanPhase
-from worker_config.settings import PlanqSettings
+from planq.domain.plans import PlanPhase
+from planq.worker_config.settings import PlanqSettings
 
 PHASE_QUEUES = {phase: f"planq.{phase.value}" for phase in PlanPhase}
 MAINTENANCE_QUEUE = "planq.maintenance"
@@ -26,7 +26,7 @@ def celery_config(settings: PlanqSettings) -> dict[str, Any]:
         "accept_content": ["json"],
         "event_serializer": "json",
         # The ledger is the result store: AsyncResult reads the job's row, nothing is written.
-        "result_backend": "tasks.result_backend:LedgerBackend",
+        "result_backend": "planq.tasks.result_backend:LedgerBackend",
         "task_ignore_result": True,
         # A killed worker's job is redelivered; pickup's CAS stops a double run.
         "task_acks_late": True,

@@ -3,7 +3,7 @@
 Thin functions over what planq already has (the phase tasks, the lifecycle service, the
 ledger result backend), so a producer needs no Celery or ledger plumbing of its own::
 
-    from worker_config import client
+    from planq.worker_config import client
 
     plan = client.create_plan(["survey", "score"], name="nightly")
     result = client.queue_phase(plan.plan_id, "strategize")  # an AsyncResult; id = job id
@@ -23,19 +23,19 @@ from typing import Any
 from celery import Celery
 from celery.result import AsyncResult
 
-from domain.errors import ConfigurationError, JobNotFoundError
-from domain.ids import require_ulid
-from domain.jobs import AsyncJob
-from domain.plans import Plan, PlanPhase
-from tasks.result_backend import read_job
-from tasks.runtime import runtime_for
+from planq.domain.errors import ConfigurationError, JobNotFoundError
+from planq.domain.ids import require_ulid
+from planq.domain.jobs import AsyncJob
+from planq.domain.plans import Plan, PlanPhase
+from planq.tasks.result_backend import read_job
+from planq.tasks.runtime import runtime_for
 
 
 def _app(app: Celery | None) -> Celery:
     """The given app, or planq's default one (imported only when first needed)."""
     if app is not None:
         return app
-    import worker_config
+    from planq import worker_config
 
     build = getattr(worker_config, "get_app", None)  # the package may build its app lazily
     default: Celery = build() if build is not None else worker_config.app

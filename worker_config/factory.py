@@ -5,15 +5,15 @@ from __future__ import annotations
 from celery import Celery
 from sqlalchemy.engine import make_url
 
-from tasks.log_setup import connect_log_redaction
-from tasks.maintenance import register_maintenance_tasks
-from tasks.phase_tasks import register_phase_tasks
-from tasks.recoverable import install_recoverable_runs
-from tasks.runtime import RuntimeConfig, attach_runtime
-from tasks.signals import connect_signals
-from worker_config.celery_config import celery_config
-from worker_config.preflight import connect_preflight
-from worker_config.settings import PlanqSettings, load_settings
+from planq.tasks.log_setup import connect_log_redaction
+from planq.tasks.maintenance import register_maintenance_tasks
+from planq.tasks.phase_tasks import register_phase_tasks
+from planq.tasks.recoverable import install_recoverable_runs
+from planq.tasks.runtime import RuntimeConfig, attach_runtime
+from planq.tasks.signals import connect_signals
+from planq.worker_config.celery_config import celery_config
+from planq.worker_config.preflight import connect_preflight
+from planq.worker_config.settings import PlanqSettings, load_settings
 
 
 def runtime_config(settings: PlanqSettings) -> RuntimeConfig:

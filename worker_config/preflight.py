@@ -21,12 +21,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
-from domain.errors import ConfigurationError, LedgerUnavailableError, PlanqError
-from domain.redaction import redact_secrets
-from store.database import normalise_url
-from store.migrate import alembic_config, upgrade
-from tasks.executors import ExecutorRegistry
-from tasks.runtime import RuntimeConfig
+from planq.domain.errors import ConfigurationError, LedgerUnavailableError, PlanqError
+from planq.domain.redaction import redact_secrets
+from planq.store.database import normalise_url
+from planq.store.migrate import alembic_config, upgrade
+from planq.tasks.executors import ExecutorRegistry
+from planq.tasks.runtime import RuntimeConfig
 
 #: Exit statuses of a worker refused at start, as the CLI's: the ledger is unusable (3),
 #: a setting is wrong (2).

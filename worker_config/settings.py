@@ -21,10 +21,10 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from domain import config
-from domain.config import AsyncWorkerConfig, plain, shown
-from domain.errors import ConfigurationError
-from domain.redaction import Redactor, redact_secrets
+from planq.domain import config
+from planq.domain.config import AsyncWorkerConfig, plain, shown
+from planq.domain.errors import ConfigurationError
+from planq.domain.redaction import Redactor, redact_secrets
 
 logger = logging.getLogger("planq.settings")
 

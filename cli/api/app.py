@@ -9,12 +9,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from cli.api import dashboard, routes_ledger, routes_runs
-from cli.api.docs import install_docs
-from cli.api.errors import install_error_handlers
-from cli.api.same_origin import SameOriginGuard
-from cli.api.state import ApiState
-from cli.context import Planq
+from planq.cli.api import dashboard, routes_ledger, routes_runs
+from planq.cli.api.docs import install_docs
+from planq.cli.api.errors import install_error_handlers
+from planq.cli.api.same_origin import SameOriginGuard
+from planq.cli.api.state import ApiState
+from planq.cli.context import Planq
 
 logger = logging.getLogger("planq.api")
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import Request
 
-from cli.api.state import api_state
+from planq.cli.api.state import api_state
 
 
 class Unauthorized(Exception):

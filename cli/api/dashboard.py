@@ -18,16 +18,16 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
-from cli import services
-from cli.api import assets, fragments
-from cli.api.auth import configured_token, reads_need_token, require_read
-from cli.api.csrf import CsrfTokens
-from cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
-from cli.api.routes_ledger import plan_detail
-from cli.api.routes_runs import MAX_FINDINGS, recoverable_job
-from cli.api.state import api_state, session
-from cli.context import Planq
-from cli.output import classify, one_line
+from planq.cli import services
+from planq.cli.api import assets, fragments
+from planq.cli.api.auth import configured_token, reads_need_token, require_read
+from planq.cli.api.csrf import CsrfTokens
+from planq.cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
+from planq.cli.api.routes_ledger import plan_detail
+from planq.cli.api.routes_runs import MAX_FINDINGS, recoverable_job
+from planq.cli.api.state import api_state, session
+from planq.cli.context import Planq
+from planq.cli.output import classify, one_line
 
 router = APIRouter(include_in_schema=False)
 Session = Annotated[Planq, Depends(session)]
@@ -40,7 +40,7 @@ FINDINGS_PAGE = 25
 
 def recoverable_section(planq: Planq) -> str:
     """Registered recoverable jobs and their badges."""
-    from tasks.recoverable import registered_jobs
+    from planq.tasks.recoverable import registered_jobs
 
     jobs = [recoverable_job(planq, name) for name in sorted(registered_jobs(planq.app))]
     return fragments.recoverable_table(jobs)

@@ -14,9 +14,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from cli.api.auth import Unauthorized
-from cli.api.state import api_state
-from cli.output import (
+from planq.cli.api.auth import Unauthorized
+from planq.cli.api.state import api_state
+from planq.cli.output import (
     BadInput,
     CliError,
     Refused,
@@ -26,7 +26,7 @@ from cli.output import (
     cut,
     one_line,
 )
-from cli.services import NotFound
+from planq.cli.services import NotFound
 
 logger = logging.getLogger("planq.api")
 
@@ -129,7 +129,7 @@ def known_exception_types() -> tuple[type[Exception], ...]:
     from redis.exceptions import RedisError
     from sqlalchemy.exc import SQLAlchemyError
 
-    from domain.errors import PlanqError
+    from planq.domain.errors import PlanqError
 
     return (CliError, PlanqError, ValueError, SQLAlchemyError, KombuError, RedisError, OSError)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from cli.api.models import (
+from planq.cli.api.models import (
     SEVERITY_ORDER,
     FindingOut,
     JobOut,
@@ -19,7 +19,7 @@ from cli.api.models import (
     RunSummaryOut,
     pill_for,
 )
-from cli.output import cut
+from planq.cli.output import cut
 
 #: Pill colours by outcome: red for data loss, amber for inconsistent, neutral for anomaly.
 PILL_COLOURS = {

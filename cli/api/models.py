@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cli.views import job_dict
-from domain.bounds import describe
+from planq.cli.views import job_dict
+from planq.domain.bounds import describe
 
 Severity = Literal["data_loss", "inconsistent", "anomaly"]
 #: Worst first: the pill of a run or job is the colour of its worst severity present.

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from cli import services
-from cli.api.auth import require_read, require_write
-from cli.api.models import (
+from planq.cli import services
+from planq.cli.api.auth import require_read, require_write
+from planq.cli.api.models import (
     CancelJobOut,
     CleanupOut,
     JobOut,
@@ -21,10 +21,10 @@ from cli.api.models import (
     RetryOut,
     StuckOut,
 )
-from cli.api.state import session
-from cli.context import Planq
-from domain.jobs import AsyncJobStatus
-from domain.plans import PlanPhase
+from planq.cli.api.state import session
+from planq.cli.context import Planq
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import PlanPhase
 
 MAX_PAGE = 500
 

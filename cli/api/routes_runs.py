@@ -6,10 +6,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query
 
-from cli import services
-from cli.api.auth import require_read, require_write
-from cli.api.errors import Conflict
-from cli.api.models import (
+from planq.cli import services
+from planq.cli.api.auth import require_read, require_write
+from planq.cli.api.errors import Conflict
+from planq.cli.api.models import (
     CancelRunOut,
     FindingOut,
     FindingsPage,
@@ -22,8 +22,8 @@ from cli.api.models import (
     TriggerSkipped,
     severity_counts,
 )
-from cli.api.state import session
-from cli.context import Planq
+from planq.cli.api.state import session
+from planq.cli.context import Planq
 
 #: The API clamps page sizes too (the spec: "the API layer clamps it too").
 MAX_RUNS = 100
@@ -41,7 +41,7 @@ WRITE = [Depends(require_write)]
 
 def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
     """A registered job with its active run and the outcome of its newest ended/paused run."""
-    from tasks.recoverable import task_name
+    from planq.tasks.recoverable import task_name
 
     schedule = planq.app.conf.beat_schedule or {}
     entry = next((e for e in schedule.values() if e.get("task") == task_name(name)), None)
@@ -64,7 +64,7 @@ def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
 @router.get("", dependencies=READ, response_model_exclude_none=True)
 def list_jobs(planq: Session) -> list[RecoverableJobOut]:
     """Every registered recoverable job, with the badge of its last outcome."""
-    from tasks.recoverable import registered_jobs
+    from planq.tasks.recoverable import registered_jobs
 
     return [recoverable_job(planq, name) for name in sorted(registered_jobs(planq.app))]
 

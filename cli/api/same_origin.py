@@ -26,11 +26,11 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from cli.api.auth import configured_token
-from cli.api.csrf import CSRF_HEADER, CsrfTokens
-from cli.api.errors import error_body
-from cli.api.state import ApiState
-from cli.output import cut
+from planq.cli.api.auth import configured_token
+from planq.cli.api.csrf import CSRF_HEADER, CsrfTokens
+from planq.cli.api.errors import error_body
+from planq.cli.api.state import ApiState
+from planq.cli.output import cut
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.output import boundary, warn
+from planq.cli.output import boundary, warn
 
 LOOPBACK = "127.0.0.1"
 
@@ -24,7 +24,7 @@ def is_loopback(host: str) -> bool:
 
 def choose_bind(host: str, settings: Any) -> tuple[str, str | None]:
     """(host to bind, warning): without PLANQ_API_TOKEN the API binds to loopback only."""
-    from cli.api.auth import configured_token
+    from planq.cli.api.auth import configured_token
 
     if configured_token(settings) is not None:
         return host, None
@@ -45,8 +45,8 @@ def api_command(
     """Serve the admin HTTP API (OpenAPI at /docs) and the dashboard (at /)."""
     import uvicorn
 
-    from cli.api.app import create_api
-    from cli.context import load_settings
+    from planq.cli.api.app import create_api
+    from planq.cli.context import load_settings
 
     settings = load_settings()
     bind, note = choose_bind(host, settings)

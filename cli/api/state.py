@@ -8,8 +8,8 @@ from typing import Any
 
 from fastapi import Request
 
-from cli.api.csrf import CsrfTokens
-from cli.context import Planq
+from planq.cli.api.csrf import CsrfTokens
+from planq.cli.context import Planq
 
 
 class ApiState:
@@ -21,7 +21,7 @@ class ApiState:
     """
 
     def __init__(self, session: Planq) -> None:
-        from domain.log_redaction import install_redacting_filter
+        from planq.domain.log_redaction import install_redacting_filter
 
         self.session = session
         self.settings: Any = session.settings

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from domain.redaction import describe_exception
-from domain.runs.engine import record_or_log, run_or_resume
-from domain.runs.findings import Finding, Severity
-from domain.runs.heartbeat import RunHeartbeat
-from domain.runs.job_outcome import ALREADY_RUNNING, JobOutcome
-from domain.runs.outcome import Completed, Failed, Paused, RunOutcome
-from domain.runs.ports import (
+from planq.domain.redaction import describe_exception
+from planq.domain.runs.engine import record_or_log, run_or_resume
+from planq.domain.runs.findings import Finding, Severity
+from planq.domain.runs.heartbeat import RunHeartbeat
+from planq.domain.runs.job_outcome import ALREADY_RUNNING, JobOutcome
+from planq.domain.runs.outcome import Completed, Failed, Paused, RunOutcome
+from planq.domain.runs.ports import (
     AlreadyActive,
     Fresh,
     OpenResult,
@@ -17,15 +17,15 @@ from domain.runs.ports import (
     RunStore,
     RunStoreProvider,
 )
-from domain.runs.progress import ProgressKind, RunProgress, derive_progress
-from domain.runs.status import (
+from planq.domain.runs.progress import ProgressKind, RunProgress, derive_progress
+from planq.domain.runs.status import (
     ACTIVE_RUN_STATUSES,
     NON_TERMINAL_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
     RunStatus,
 )
-from domain.runs.summary import RunSummary
-from domain.runs.sweep import SweepResult
+from planq.domain.runs.summary import RunSummary
+from planq.domain.runs.sweep import SweepResult
 
 __all__ = [
     "ACTIVE_RUN_STATUSES",

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from domain.bounds import (
+from planq.domain.bounds import (
     ID_LENGTH,
     INT64_MAX,
     MAX_BATCH,
@@ -30,11 +30,11 @@ from domain.bounds import (
     check_text,
     describe,
 )
-from domain.errors import BoundsError, WrongTypeError
-from domain.ids import ulid_of_uuid
-from domain.jobs import redact_error
-from domain.redaction import Redactor
-from domain.runs.progress import ProgressKind
+from planq.domain.errors import BoundsError, WrongTypeError
+from planq.domain.ids import ulid_of_uuid
+from planq.domain.jobs import redact_error
+from planq.domain.redaction import Redactor
+from planq.domain.runs.progress import ProgressKind
 
 #: Error of a run paused by a sweep scoped to a worker (its owner) or to silence (stale_after).
 SWEEP_ERROR = "worker restart mid-run"

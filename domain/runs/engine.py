@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from domain.errors import BoundsError, RunFencedError, RunNotActiveError
-from domain.redaction import BUILTIN, Redactor, describe_exception
-from domain.runs.checks import check_args, check_job_name, check_owner, check_total
-from domain.runs.findings import Finding, Severity
-from domain.runs.heartbeat import RunHeartbeat
-from domain.runs.job_outcome import JobOutcome
-from domain.runs.outcome import Completed, Failed, Paused, RunOutcome
-from domain.runs.ports import (
+from planq.domain.errors import BoundsError, RunFencedError, RunNotActiveError
+from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.domain.runs.checks import check_args, check_job_name, check_owner, check_total
+from planq.domain.runs.findings import Finding, Severity
+from planq.domain.runs.heartbeat import RunHeartbeat
+from planq.domain.runs.job_outcome import JobOutcome
+from planq.domain.runs.outcome import Completed, Failed, Paused, RunOutcome
+from planq.domain.runs.ports import (
     AlreadyActive,
     Fresh,
     RecoverableJobHandler,
@@ -24,9 +24,9 @@ from domain.runs.ports import (
     RunStore,
     RunStoreProvider,
 )
-from domain.runs.progress import ProgressKind
-from domain.runs.status import RunStatus
-from domain.runs.summary import RunSummary
+from planq.domain.runs.progress import ProgressKind
+from planq.domain.runs.status import RunStatus
+from planq.domain.runs.summary import RunSummary
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 from uuid import UUID
 
-from domain.bounds import (
+from planq.domain.bounds import (
     MAX_DETAIL_BYTES,
     MAX_KIND_LENGTH,
     MAX_RESOURCE_ID_LENGTH,
@@ -18,8 +18,8 @@ from domain.bounds import (
     check_text,
     describe,
 )
-from domain.errors import BoundsError, WrongTypeError
-from domain.redaction import Redactor
+from planq.domain.errors import BoundsError, WrongTypeError
+from planq.domain.redaction import Redactor
 
 
 class Severity(StrEnum):

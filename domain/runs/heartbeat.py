@@ -17,10 +17,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from domain.errors import LedgerUnavailableError
-from domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
-from domain.redaction import BUILTIN, Redactor, describe_exception
-from domain.runs.ports import RunStore
+from planq.domain.errors import LedgerUnavailableError
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
+from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.domain.runs.ports import RunStore
 
 logger = logging.getLogger("planq.runs.heartbeat")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.runs.status import RunStatus
+from planq.domain.runs.status import RunStatus
 
 ALREADY_RUNNING = "already_running"
 

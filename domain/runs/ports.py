@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 from uuid import UUID
 
-from domain.runs.findings import Finding, Severity
-from domain.runs.outcome import RunOutcome
-from domain.runs.progress import ProgressKind
-from domain.runs.status import RunStatus
-from domain.runs.summary import RunSummary
-from domain.runs.sweep import SweepResult
+from planq.domain.runs.findings import Finding, Severity
+from planq.domain.runs.outcome import RunOutcome
+from planq.domain.runs.progress import ProgressKind
+from planq.domain.runs.status import RunStatus
+from planq.domain.runs.summary import RunSummary
+from planq.domain.runs.sweep import SweepResult
 
 
 @runtime_checkable

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from domain.runs.progress import ProgressKind, RunProgress, derive_progress
-from domain.runs.status import RunStatus
+from planq.domain.runs.progress import ProgressKind, RunProgress, derive_progress
+from planq.domain.runs.status import RunStatus
 
 
 @dataclass(frozen=True, slots=True)

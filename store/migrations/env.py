@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import pool
 
-from store.database import make_engine
-from store.models import Base
+from planq.store.database import make_engine
+from planq.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from store import Database
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.store import Database
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.acceptance.flower_support import (
     FLOWER_PASSWORD,
     FLOWER_USER,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import sys
 
-from tasks.runtime import runtime_for
-from worker_config import app, strategize_plan
+from planq.tasks.runtime import runtime_for
+from planq.worker_config import app, strategize_plan
 
 
 def main() -> int:

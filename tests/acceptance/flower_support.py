@@ -23,7 +23,7 @@ def flower_args(port: int) -> list[str]:
 
 def flower_command(port: int) -> list[str]:
     """The whole Flower command line this test runs."""
-    return [sys.executable, "-m", "celery", "-A", "worker_config", *flower_args(port)]
+    return [sys.executable, "-m", "celery", "-A", "planq.worker_config", *flower_args(port)]
 
 
 def free_port() -> int:

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 from celery import Celery
 
-from domain.plans import Plan
-from store import Database
-from tasks.runtime import Runtime
+from planq.domain.plans import Plan
+from planq.store import Database
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.acceptance.test_metrics import free_port, samples
 from tests.support import wait_for

@@ -20,12 +20,13 @@ import pytest
 from celery import Celery
 from sqlalchemy import text
 
-from domain.errors import JobFailedError
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from domain.redaction import REDACTED
-from store import Database
-from tasks.runtime import Runtime, reset_runtime
+from planq.domain.errors import JobFailedError
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.domain.redaction import REDACTED
+from planq.store import Database
+from planq.tasks.runtime import Runtime, reset_runtime
+from planq.worker_config.celery_config import ALL_QUEUES
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.acceptance.flower_support import FlowerServer, StartFlower
 from tests.celery_support import (
@@ -37,7 +38,6 @@ from tests.celery_support import (
 )
 from tests.executors_for_tests import CHAINED_TOKEN, CUSTOM_TOKEN, LOGGED_TOKEN
 from tests.support import wait_for
-from worker_config.celery_config import ALL_QUEUES
 
 pytestmark = pytest.mark.processes
 

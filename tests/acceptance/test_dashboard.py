@@ -18,10 +18,10 @@ import pytest
 import requests
 from celery import Celery
 
-from domain.runs import Fresh, ProgressKind
-from store import Database
-from store.runs_sql import SqlRunStoreProvider
-from tasks.runtime import reset_runtime
+from planq.domain.runs import Fresh, ProgressKind
+from planq.store import Database
+from planq.store.runs_sql import SqlRunStoreProvider
+from planq.tasks.runtime import reset_runtime
 from tests.acceptance.flower_support import free_port
 from tests.acceptance.test_flower import PNG_SIGNATURE, chromium, headless
 from tests.api_support import TOKEN, seed_ledger

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from domain.clock import utcnow
-from domain.runs import Fresh
-from store import Database
-from store.models import RecoverableRunModel
-from store.runs_sql import SqlRunStoreProvider
+from planq.domain.clock import utcnow
+from planq.domain.runs import Fresh
+from planq.store import Database
+from planq.store.models import RecoverableRunModel
+from planq.store.runs_sql import SqlRunStoreProvider
 from tests.acceptance.flower_support import free_port
 from tests.acceptance.test_flower import PNG_SIGNATURE, chromium
 from tests.api_support import ApiServer

@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from cli.demo import foreign_tasks
-from domain.jobs import AsyncJobStatus
-from store import Database, sql_ledger
-from worker_config.factory import create_app
-from worker_config.settings import PlanqSettings, load_settings
+from planq.cli.demo import foreign_tasks
+from planq.domain.jobs import AsyncJobStatus
+from planq.store import Database, sql_ledger
+from planq.worker_config.factory import create_app
+from planq.worker_config.settings import PlanqSettings, load_settings
 
 
 def _planq() -> str:

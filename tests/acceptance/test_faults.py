@@ -13,9 +13,9 @@ import time
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import StartBeat, StartWorker
 from tests.celery_support import wait_for_status
 from tests.executors_for_tests import REDIS, runs_key

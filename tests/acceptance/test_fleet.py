@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJobStatus
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJobStatus
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartBeat, StartFlower, StartWorker
 from tests.celery_support import ROOT, worker_env
 from tests.executors_for_tests import REDIS, runs_key

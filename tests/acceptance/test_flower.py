@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan, PlanPhase, PlanStatus
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.acceptance.flower_support import (
     FlowerServer,

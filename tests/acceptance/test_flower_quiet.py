@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import StartBeat, StartWorker
 from tests.acceptance.flower_support import StartFlower
 from tests.celery_support import wait_for_status

@@ -19,16 +19,16 @@ import pytest
 import redis
 from celery import Celery
 
-from domain.ids import new_id
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from domain.redaction import REDACTED
-from tasks.runtime import Runtime
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.domain.redaction import REDACTED
+from planq.tasks.runtime import Runtime
+from planq.worker_config.celery_config import ALL_QUEUES
 from tests.acceptance.conftest import StartWorker
 from tests.celery_support import WorkerProcess, wait_for_status
 from tests.fencing_executors import events
 from tests.support import wait_for
-from worker_config.celery_config import ALL_QUEUES
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 HARD = "tests.fencing_executors:hard_errors"

@@ -24,10 +24,10 @@ import pytest
 from celery import Celery
 from celery.utils.nodenames import gethostname
 
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ledger import STUCK_ERROR
-from domain.plans import Plan
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import STUCK_ERROR
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.acceptance.conftest import StartWorker
 from tests.celery_support import make_app, wait_for_status
 from tests.fencing_executors import events

@@ -30,14 +30,14 @@ import psycopg
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJobStatus
-from domain.ledger import STUCK_ERROR
-from domain.plans import Plan
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.ledger import STUCK_ERROR
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime
+from planq.worker_config.celery_config import MAINTENANCE_QUEUE
 from tests.acceptance.conftest import StartBeat, StartWorker
 from tests.executors_for_tests import REDIS, runs_key
 from tests.support import PG_ADMIN_DSN, record_reliability, wait_for
-from worker_config.celery_config import MAINTENANCE_QUEUE
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis, pytest.mark.heavy]
 

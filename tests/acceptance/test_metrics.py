@@ -9,9 +9,9 @@ import requests
 from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.celery_support import wait_for_status
 from tests.support import wait_for

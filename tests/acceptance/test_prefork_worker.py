@@ -6,9 +6,9 @@ import pytest
 from celery import Celery
 from celery.utils.nodenames import gethostname
 
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan, PlanPhase, PlanStatus
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import StartWorker
 from tests.celery_support import wait_for_status
 from tests.executors_for_tests import REDIS, runs_key

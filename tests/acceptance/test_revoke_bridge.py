@@ -9,9 +9,9 @@ import time
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.celery_support import ROOT, wait_for_status
 from tests.executors_for_tests import REDIS, tripped_key
@@ -98,7 +98,16 @@ def test_celery_control_revoke_command_line(
     worker = start_worker("w1", default_executor=f"{EXEC}:slow")
     job = running_job(producer, runtime)
     subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "worker_config", "control", "revoke", job.job_id],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "planq.worker_config",
+            "control",
+            "revoke",
+            job.job_id,
+        ],
         env=worker.env,
         cwd=ROOT,
         check=True,

@@ -22,14 +22,14 @@ import redis
 from celery import Celery
 from celery.utils.nodenames import gethostname
 
-from domain.clock import utcnow
-from domain.ids import new_id
-from domain.payload import serialize_job_payload
-from domain.runs import RunStatus
-from domain.runs.checks import SWEEP_ERROR
-from store.migrate import upgrade
-from tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
-from tasks.runtime import reset_runtime, runtime_for
+from planq.domain.clock import utcnow
+from planq.domain.ids import new_id
+from planq.domain.payload import serialize_job_payload
+from planq.domain.runs import RunStatus
+from planq.domain.runs.checks import SWEEP_ERROR
+from planq.store.migrate import upgrade
+from planq.tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
+from planq.tasks.runtime import reset_runtime, runtime_for
 from tests.celery_support import WorkerProcess, make_app, worker_env
 from tests.runs_support import JOB, findings, newest, wait_run
 from tests.support import create_pg_database, drop_pg_database, flush_redis

@@ -32,17 +32,17 @@ import pytest
 from celery import Celery
 from celery.utils.nodenames import gethostname
 
-from domain.clock import utcnow
-from domain.runs import RunStatus
-from domain.runs.checks import SWEEP_ERROR
-from store.migrate import upgrade
-from tasks.recoverable import STALE_SWEEP_TASK, boot_recovery_sweep
-from tasks.runtime import reset_runtime, runtime_for
+from planq.domain.clock import utcnow
+from planq.domain.runs import RunStatus
+from planq.domain.runs.checks import SWEEP_ERROR
+from planq.store.migrate import upgrade
+from planq.tasks.recoverable import STALE_SWEEP_TASK, boot_recovery_sweep
+from planq.tasks.runtime import reset_runtime, runtime_for
+from planq.worker_config.celery_config import ALL_QUEUES
 from tests.acceptance.test_runs_e2e import BulkLedger
 from tests.celery_support import WorkerProcess, make_app, worker_env
 from tests.runs_support import JOB, findings, newest, wait_run
 from tests.support import create_pg_database, drop_pg_database, flush_redis, wait_for
-from worker_config.celery_config import ALL_QUEUES
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 

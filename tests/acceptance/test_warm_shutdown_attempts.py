@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from celery import Celery
 
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.celery_support import wait_for_status
 from tests.support import wait_for

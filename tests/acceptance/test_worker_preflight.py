@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from store.migrate import upgrade
-from tasks.runtime import reset_runtime
+from planq.store.migrate import upgrade
+from planq.tasks.runtime import reset_runtime
 from tests.celery_support import WorkerProcess, make_app, worker_env
 from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, flush_redis
 
@@ -30,7 +30,7 @@ def celery(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("PLANQ_")}
     base |= {"PYTHONPATH": str(ROOT), "PLANQ_BROKER_URL": REDIS_TEST_URL, **env}
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "worker_config", *args],
+        [sys.executable, "-m", "celery", "-A", "planq.worker_config", *args],
         env=base,
         cwd=ROOT,
         capture_output=True,

@@ -21,20 +21,20 @@ import requests
 from celery import Celery
 from sqlalchemy import func, select, update
 
-from domain.clock import utcnow
-from domain.ids import new_id
-from domain.runs import Fresh
-from store import Database
-from store.models import AsyncJobModel, PlanModel, RecoverableRunModel, RunFindingModel
-from tasks.recoverable import request_cancel
-from tasks.runtime import Runtime
+from planq.domain.clock import utcnow
+from planq.domain.ids import new_id
+from planq.domain.runs import Fresh
+from planq.store import Database
+from planq.store.models import AsyncJobModel, PlanModel, RecoverableRunModel, RunFindingModel
+from planq.tasks.recoverable import request_cancel
+from planq.tasks.runtime import Runtime
+from planq.worker_config.celery_config import ALL_QUEUES
+from planq.worker_config.settings import load_settings
 from tests.acceptance.flower_support import free_port
 from tests.api_support import TOKEN, ApiServer, seed_ledger
 from tests.celery_support import FAST, ROOT, embedded_runtime, make_app
 from tests.runs_support import JOB
 from tests.support import wait_for
-from worker_config.celery_config import ALL_QUEUES
-from worker_config.settings import load_settings
 
 ADMIN = f"/api/admin/jobs/{JOB}"
 SCAN = {"batch_size": "10", "checkpoint_rows": "10", "batch_delay": "0.1"}
@@ -219,7 +219,7 @@ def test_cancel_pauses_the_run_at_its_cursor_and_a_trigger_resumes_it(
 
 
 def test_purge_deletes_old_ended_runs_only(api: ApiServer, redis_url: str, ledger_url: str) -> None:
-    from store.runs_sql import SqlRunStoreProvider
+    from planq.store.runs_sql import SqlRunStoreProvider
 
     db = Database(ledger_url)
     try:

@@ -20,11 +20,11 @@ import pytest
 import requests
 from sqlalchemy import update
 
-from domain.clock import utcnow
-from domain.runs import Fresh
-from store import Database
-from store.models import RecoverableRunModel
-from store.runs_sql import SqlRunStoreProvider
+from planq.domain.clock import utcnow
+from planq.domain.runs import Fresh
+from planq.store import Database
+from planq.store.models import RecoverableRunModel
+from planq.store.runs_sql import SqlRunStoreProvider
 from tests.api_support import ApiServer, seed_ledger
 from tests.integration.test_api import api_settings, counts, queued_messages
 from tests.runs_support import JOB

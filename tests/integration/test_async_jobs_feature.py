@@ -19,25 +19,25 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from domain.cancellation import CancellationToken
-from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
-from domain.errors import (
+from planq.domain.cancellation import CancellationToken
+from planq.domain.clock import utcnow
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.errors import (
     ConcurrentUpdateError,
     InvalidJobTransitionError,
     InvalidPlanTransitionError,
     PlanNotFoundError,
 )
-from domain.health import WorkerHealthReport
-from domain.ids import new_id
-from domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
-from domain.lifecycle import PlanLifecycleService
-from domain.payload import deserialize_job_payload, serialize_job_payload
-from domain.plans import Plan, PlanPhase, PlanStatus
-from domain.ports import JobStore, PlanStore
-from store.database import Database
-from store.memory import InMemoryJobStore, InMemoryPlanStore
-from store.models import AsyncJobModel
+from planq.domain.health import WorkerHealthReport
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.payload import deserialize_job_payload, serialize_job_payload
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.ports import JobStore, PlanStore
+from planq.store.database import Database
+from planq.store.memory import InMemoryJobStore, InMemoryPlanStore
+from planq.store.models import AsyncJobModel
 from tests.feature_support import PLAN_ID, create_job, create_running_job, stored
 
 S = AsyncJobStatus

@@ -14,14 +14,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from domain.cancellation import CancellationToken
-from domain.config import AsyncWorkerConfig
-from domain.ids import new_id
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import PlanPhase
-from domain.ports import JobStore
-from tasks.engine import AsyncWorker, PickupResult
-from tasks.executors import JobContext
+from planq.domain.cancellation import CancellationToken
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import PlanPhase
+from planq.domain.ports import JobStore
+from planq.tasks.engine import AsyncWorker, PickupResult
+from planq.tasks.executors import JobContext
 from tests.feature_support import (
     PLAN_ID,
     create_job,

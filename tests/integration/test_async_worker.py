@@ -9,13 +9,13 @@ from collections.abc import Callable
 
 import pytest
 
-from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan, PlanPhase, PlanStatus
-from domain.ports import JobStore, PlanStore
-from tasks.engine import AsyncWorker, PickupResult
-from tasks.executors import JobContext
+from planq.domain.clock import utcnow
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.ports import JobStore, PlanStore
+from planq.tasks.engine import AsyncWorker, PickupResult
+from planq.tasks.executors import JobContext
 from tests.support import wait_for
 
 CONFIG = AsyncWorkerConfig(heartbeat_interval=0.1, job_timeout=5.0, max_workers=4)

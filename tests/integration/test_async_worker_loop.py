@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import pytest
 
-from domain.cancellation import CancellationToken
-from domain.config import AsyncWorkerConfig
-from domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from domain.plans import Plan, PlanPhase
-from domain.ports import JobStore, PlanStore
-from tasks.engine import AsyncWorker
-from tasks.executors import JobContext
+from planq.domain.cancellation import CancellationToken
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import JobStore, PlanStore
+from planq.tasks.engine import AsyncWorker
+from planq.tasks.executors import JobContext
 from tests.support import wait_for
 
 

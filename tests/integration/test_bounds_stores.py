@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from domain.bounds import (
+from planq.domain.bounds import (
     INT32_MAX,
     INT64_MAX,
     MAX_BATCH,
@@ -32,15 +32,15 @@ from domain.bounds import (
     MAX_STEP_SECONDS,
     MAX_WORKER_ID_LENGTH,
 )
-from domain.clock import utcnow
-from domain.errors import BoundsError
-from domain.ids import new_id
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.lifecycle import PlanLifecycleService
-from domain.plans import Plan, PlanPhase
-from domain.runs import RunStore
-from domain.runs.ports import Fresh
-from store import (
+from planq.domain.clock import utcnow
+from planq.domain.errors import BoundsError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.runs import RunStore
+from planq.domain.runs.ports import Fresh
+from planq.store import (
     Database,
     InMemoryRunStoreProvider,
     SqlJobStore,

@@ -14,12 +14,12 @@ from celery import Celery
 from celery.signals import task_prerun
 from sqlalchemy import event
 
-from domain.errors import InvalidIdError, InvalidPlanTransitionError, PlanNotFoundError
-from domain.ids import new_id
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan, PlanPhase, PlanStatus
-from store import Database
-from tasks.runtime import Runtime
+from planq.domain.errors import InvalidIdError, InvalidPlanTransitionError, PlanNotFoundError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.store import Database
+from planq.tasks.runtime import Runtime
 from tests.celery_support import embedded_runtime, embedded_worker, make_app, wait_for_status
 from tests.executors_for_tests import REDIS, runs_key
 from tests.support import wait_for

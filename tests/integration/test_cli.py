@@ -24,18 +24,18 @@ from celery.signals import after_task_publish
 from sqlalchemy import inspect, select
 from typer.testing import CliRunner, Result
 
-from cli.main import app
-from domain.clock import utcnow
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ledger import JobLedger
-from domain.lifecycle import PlanLifecycleService
-from domain.plans import Plan
-from domain.runs import Fresh, RunStatus, Severity
-from store import Database, sql_ledger
-from store.migrate import upgrade
-from store.models import RecoverableRunModel
-from store.runs_sql import SqlRunStoreProvider
-from tasks.trigger_slot import slot_key
+from planq.cli.main import app
+from planq.domain.clock import utcnow
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.plans import Plan
+from planq.domain.runs import Fresh, RunStatus, Severity
+from planq.store import Database, sql_ledger
+from planq.store.migrate import upgrade
+from planq.store.models import RecoverableRunModel
+from planq.store.runs_sql import SqlRunStoreProvider
+from planq.tasks.trigger_slot import slot_key
 from tests.support import REDIS_TEST_URL, flush_redis, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -654,7 +654,7 @@ def test_service_wrappers_exec_celery_with_planq_defaults(
 ) -> None:
     monkeypatch.setenv("PLANQ_MAX_WORKERS", "3")
     argv = ok("worker", "--dry-run").stdout.split()
-    assert argv[1:4] == ["-A", "worker_config", "worker"] and Path(argv[0]).name == "celery"
+    assert argv[1:4] == ["-A", "planq.worker_config", "worker"] and Path(argv[0]).name == "celery"
     assert "--pool=prefork" in argv and "--concurrency=3" in argv and "--loglevel=INFO" in argv
     assert not any(a.startswith("--queues") for a in argv)  # celery consumes every planq queue
 
@@ -726,7 +726,7 @@ def test_help_needs_no_settings_and_no_services() -> None:
     assert done.returncode == 0 and "plans" in done.stdout and "jobs" in done.stdout
     assert time.monotonic() - start < 10
     probe = "import sys, cli.main; print(sorted(m for m in ('celery', 'sqlalchemy', " \
-        "'worker_config', 'kombu') if m in sys.modules))"  # fmt: skip
+        "'planq.worker_config', 'kombu') if m in sys.modules))"  # fmt: skip
     imported = subprocess.run(
         [sys.executable, "-c", probe], env=env, cwd=ROOT, capture_output=True, text=True
     )

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from cli.main import app
-from domain.lifecycle import PlanLifecycleService
-from domain.runs import Fresh, Severity
-from store import Database, SqlRunStoreProvider, sql_ledger
-from store.migrate import upgrade
-from store.models import Base
+from planq.cli.main import app
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.runs import Fresh, Severity
+from planq.store import Database, SqlRunStoreProvider, sql_ledger
+from planq.store.migrate import upgrade
+from planq.store.models import Base
 from tests.support import REDIS_TEST_URL
 
 MAX_DAYS = 36_500.0

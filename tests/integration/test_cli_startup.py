@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from store.migrate import upgrade
+from planq.store.migrate import upgrade
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("celery", "kombu", "sqlalchemy", "fastapi", "uvicorn", "alembic", "tasks", "redis")
@@ -24,7 +24,7 @@ NOT_FOR_LISTINGS = ("celery", "kombu", "fastapi", "uvicorn", "alembic", "tasks",
 
 PROBE = """
 import json, sys
-from cli.main import app
+from planq.cli.main import app
 try:
     app(sys.argv[1:], prog_name="planq")
 except SystemExit as exc:

@@ -25,20 +25,20 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from typer.testing import CliRunner
 
-from cli.main import app as cli_app
-from domain.errors import LedgerRejectedError
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan, PlanPhase
-from domain.redaction import REDACTED
-from domain.runs import Failed, RunStatus, RunStore
-from store import Database
-from store.database import as_rejection
-from tasks.recoverable import RunFailed, register_recoverable_job
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.cli.main import app as cli_app
+from planq.domain.errors import LedgerRejectedError
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.redaction import REDACTED
+from planq.domain.runs import Failed, RunStatus, RunStore
+from planq.store import Database
+from planq.store.database import as_rejection
+from planq.tasks.recoverable import RunFailed, register_recoverable_job
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.worker_config.settings import load_settings
 from tests.api_support import TOKEN, ApiServer
 from tests.celery_support import embedded_runtime, make_app, wait_for_status
 from tests.executors_for_tests import CHAINED_TOKEN, CUSTOM_TOKEN, LOGGED_TOKEN
-from worker_config.settings import load_settings
 
 PATTERNS = '["tok_[A-Za-z0-9]+"]'
 PARAM_TOKEN = "tok_PARAMr5T1"
@@ -183,7 +183,7 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
     written: dict[str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cli import context as cli_context
+    from planq.cli import context as cli_context
 
     build = cli_context.build_app
 

@@ -17,11 +17,11 @@ from celery import Celery
 from celery.result import task_join_will_block
 from celery.worker import state as worker_state
 
-from domain.errors import EmbeddedWorkerError
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from tasks.embedded import EmbeddedWorker
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.domain.errors import EmbeddedWorkerError
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.tasks.embedded import EmbeddedWorker
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import make_app, wait_for_status
 from tests.support import REDIS_URL, flush_redis, wait_for
 

@@ -13,21 +13,21 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from domain.availability import JOB_SWEEP, RUN_SWEEP, Availability, allowed_gap
-from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
-from domain.errors import LedgerUnavailableError
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ledger import JobLedger
-from domain.outage import OutageMonitor
-from domain.plans import Plan, PlanPhase
-from domain.runs import Fresh
-from domain.runs.ports import RunStoreProvider
-from store import Database, InMemoryRunStoreProvider, SqlRunStoreProvider, sql_ledger
-from store.models import LedgerAvailabilityModel
-from store.runs_bound import Clock
-from store.sql_jobs import SqlJobStore
-from tasks.engine import AsyncWorker
+from planq.domain.availability import JOB_SWEEP, RUN_SWEEP, Availability, allowed_gap
+from planq.domain.clock import utcnow
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.errors import LedgerUnavailableError
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger
+from planq.domain.outage import OutageMonitor
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.runs import Fresh
+from planq.domain.runs.ports import RunStoreProvider
+from planq.store import Database, InMemoryRunStoreProvider, SqlRunStoreProvider, sql_ledger
+from planq.store.models import LedgerAvailabilityModel
+from planq.store.runs_bound import Clock
+from planq.store.sql_jobs import SqlJobStore
+from planq.tasks.engine import AsyncWorker
 
 SWEEP_EVERY = 30.0  #: the sweeps' schedule in these tests (allowed gap 45 s)
 

@@ -7,14 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from domain.availability import JOB_SWEEP
-from domain.clock import utcnow
-from domain.errors import DuplicateJobError
-from domain.ids import new_id
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ledger import JobLedger
-from domain.plans import PlanPhase
-from domain.ports import CancelOutcome, JobStore, PlanStore
+from planq.domain.availability import JOB_SWEEP
+from planq.domain.clock import utcnow
+from planq.domain.errors import DuplicateJobError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger
+from planq.domain.plans import PlanPhase
+from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 
 
 def make_job(**kw: object) -> AsyncJob:

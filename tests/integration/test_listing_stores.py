@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from domain.clock import utcnow
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.plans import Plan, PlanPhase
-from domain.ports import JobStore, PlanStore
-from domain.runs import Fresh
-from store import Database, InMemoryRunStoreProvider, SqlRunStoreProvider
+from planq.domain.clock import utcnow
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import JobStore, PlanStore
+from planq.domain.runs import Fresh
+from planq.store import Database, InMemoryRunStoreProvider, SqlRunStoreProvider
 
 
 def _plans(plans: PlanStore, n: int) -> list[Plan]:

@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from domain.errors import JobFailedError
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from store.migrate import upgrade
-from tasks.runtime import Runtime, runtime_for
+from planq.domain.errors import JobFailedError
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.store.migrate import upgrade
+from planq.tasks.runtime import Runtime, runtime_for
+from planq.worker_config.celery_config import celery_config as planq_celery_config
+from planq.worker_config.factory import configure_app
+from planq.worker_config.settings import PlanqSettings, load_settings
 from tests.celery_support import FAST, wait_for_status
 from tests.support import create_pg_database, drop_pg_database, flush_redis
-from worker_config.celery_config import celery_config as planq_celery_config
-from worker_config.factory import configure_app
-from worker_config.settings import PlanqSettings, load_settings
 
 #: Not the shared DB 13: this worker consumes planq's queues until the session ends.
 BROKER_URL = os.environ.get("PLANQ_TEST_PYTEST_CELERY_REDIS_URL", "redis://127.0.0.1:6379/2")

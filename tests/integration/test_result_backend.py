@@ -17,22 +17,22 @@ from celery import Celery, states
 from celery.exceptions import TimeoutError as CeleryTimeoutError
 from celery.result import AsyncResult
 
-from domain.errors import (
+from planq.domain.errors import (
     InvalidIdError,
     InvalidPlanTransitionError,
     JobCancelledError,
     JobFailedError,
     JobNotFoundError,
 )
-from domain.ids import new_id
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan, PlanPhase
-from tasks.result_backend import LedgerBackend
-from tasks.runtime import Runtime
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.tasks.result_backend import LedgerBackend
+from planq.tasks.runtime import Runtime
+from planq.worker_config import client
 from tests.celery_support import embedded_runtime, make_app, wait_for_status
 from tests.executors_for_tests import REDIS
 from tests.support import wait_for
-from worker_config import client
 
 EXEC = "tests.executors_for_tests"
 STRATEGIZE = "planq.strategize_plan"

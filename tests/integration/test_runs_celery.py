@@ -15,26 +15,26 @@ from celery.contrib.testing.worker import start_worker
 from celery.result import AsyncResult
 from sqlalchemy import insert, update
 
-from domain.clock import utcnow
-from domain.ids import new_id
-from domain.payload import serialize_job_payload
-from domain.runs import Completed, Fresh, RunOutcome, RunStatus, RunStore
-from domain.runs.checks import SERVER_RESTART_ERROR, SWEEP_ERROR
-from store import Database
-from store.models import AsyncJobModel, PlanModel, RecoverableRunModel
-from tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
-from tasks.recoverable import (
+from planq.domain.clock import utcnow
+from planq.domain.ids import new_id
+from planq.domain.payload import serialize_job_payload
+from planq.domain.runs import Completed, Fresh, RunOutcome, RunStatus, RunStore
+from planq.domain.runs.checks import SERVER_RESTART_ERROR, SWEEP_ERROR
+from planq.store import Database
+from planq.store.models import AsyncJobModel, PlanModel, RecoverableRunModel
+from planq.tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
+from planq.tasks.recoverable import (
     RunFailed,
     boot_recovery_sweep,
     register_recoverable_job,
     request_cancel,
 )
-from tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.worker_config.factory import create_app
+from planq.worker_config.settings import load_settings
 from tests.celery_support import embedded_runtime, make_app
 from tests.runs_support import JOB, findings, wait_run
 from tests.support import flush_redis, wait_for
-from worker_config.factory import create_app
-from worker_config.settings import load_settings
 
 TASK = f"planq.runs.{JOB}"
 Expected = set[tuple[str, str, str]]  # (kind, severity, resource_id)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from domain.clock import utcnow
-from domain.errors import RunNotActiveError, RunNotFoundError
-from domain.redaction import REDACTED
-from domain.runs import (
+from planq.domain.clock import utcnow
+from planq.domain.errors import RunNotActiveError, RunNotFoundError
+from planq.domain.redaction import REDACTED
+from planq.domain.runs import (
     AlreadyActive,
     Completed,
     Failed,
@@ -34,9 +34,9 @@ from domain.runs import (
     record_or_log,
     run_or_resume,
 )
-from store.database import Database
-from store.runs_memory import InMemoryRunStoreProvider
-from store.runs_sql import SqlRunStoreProvider
+from planq.store.database import Database
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.store.runs_sql import SqlRunStoreProvider
 
 Body = Callable[[RunStore, Mapping[str, Any], bytes | None], RunOutcome]
 OWNER = "worker-a@host1"
@@ -542,7 +542,7 @@ def test_count_total_failure_is_not_fatal(
         def count_total(self) -> int | None:
             raise OSError(f"token={SECRET} rejected")
 
-    with caplog.at_level(logging.WARNING, logger="domain.runs.engine"):
+    with caplog.at_level(logging.WARNING, logger="planq.domain.runs.engine"):
         outcome = run_or_resume(Exploding("scan", completes), provider, {})
 
     assert outcome.completed
@@ -706,7 +706,7 @@ def test_a_failed_final_write_is_logged_and_the_sweep_recovers(
         return outcome
 
     faulty = Faulty(provider, fail_store={op})
-    with caplog.at_level(logging.WARNING, logger="domain.runs.engine"):
+    with caplog.at_level(logging.WARNING, logger="planq.domain.runs.engine"):
         report = run_or_resume(ScriptedHandler("scan", scan), faulty, {}, owner=OWNER)  # type: ignore[arg-type]
 
     assert f"{op} failed: ConnectionError" in caplog.text and SECRET not in caplog.text
@@ -801,7 +801,7 @@ def test_record_or_log_swallows_a_failed_write(
     provider: RunStoreProvider, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = open_fresh(provider, "scan")
-    with caplog.at_level(logging.WARNING, logger="domain.runs.engine"):
+    with caplog.at_level(logging.WARNING, logger="planq.domain.runs.engine"):
         assert record_or_log(store, "k", "nonsense", "r1", {}) is None
     assert "could not record finding" in caplog.text
     assert record_or_log(store, "k", "anomaly", "r1", {"a": 1}) is not None

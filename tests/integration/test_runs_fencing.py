@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from domain.clock import utcnow
-from domain.errors import RunFencedError, RunNotActiveError
-from domain.runs import (
+from planq.domain.clock import utcnow
+from planq.domain.errors import RunFencedError, RunNotActiveError
+from planq.domain.runs import (
     Completed,
     Failed,
     Fresh,
@@ -38,9 +38,9 @@ from domain.runs import (
     record_or_log,
     run_or_resume,
 )
-from store.database import Database
-from store.runs_memory import InMemoryRunStoreProvider
-from store.runs_sql import SqlRunStoreProvider
+from planq.store.database import Database
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.store.runs_sql import SqlRunStoreProvider
 from tests.integration.test_runs_contract import FakeClock
 from tests.support import wait_for
 

@@ -12,12 +12,12 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text, update
 from sqlalchemy.exc import IntegrityError
 
-from domain.clock import utcnow
-from domain.runs import Resumed, RunStatus
-from store.database import Database
-from store.migrate import downgrade, upgrade
-from store.models import Base, RecoverableRunModel
-from store.runs_sql import SqlRunStoreProvider
+from planq.domain.clock import utcnow
+from planq.domain.runs import Resumed, RunStatus
+from planq.store.database import Database
+from planq.store.migrate import downgrade, upgrade
+from planq.store.models import Base, RecoverableRunModel
+from planq.store.runs_sql import SqlRunStoreProvider
 from tests.support import create_pg_database, drop_pg_database
 
 RUN_TABLES = {"recoverable_runs", "run_findings"}

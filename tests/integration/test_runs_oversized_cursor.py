@@ -7,11 +7,18 @@ from typing import Any
 
 import pytest
 
-from domain.bounds import MAX_CURSOR_BYTES
-from domain.runs import Paused, RunOutcome, RunStatus, RunStore, RunStoreProvider, run_or_resume
-from store import Database
-from store.runs_memory import InMemoryRunStoreProvider
-from store.runs_sql import SqlRunStoreProvider
+from planq.domain.bounds import MAX_CURSOR_BYTES
+from planq.domain.runs import (
+    Paused,
+    RunOutcome,
+    RunStatus,
+    RunStore,
+    RunStoreProvider,
+    run_or_resume,
+)
+from planq.store import Database
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.store.runs_sql import SqlRunStoreProvider
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])

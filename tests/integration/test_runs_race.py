@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select
 
-from domain.clock import utcnow
-from domain.ids import new_id
-from domain.runs import AlreadyActive, Fresh, OpenResult, Resumed, RunStatus, RunStoreProvider
-from store.database import Database
-from store.models import RecoverableRunModel
-from store.runs_memory import InMemoryRunStoreProvider
-from store.runs_sql import SqlRunStoreProvider
+from planq.domain.clock import utcnow
+from planq.domain.ids import new_id
+from planq.domain.runs import AlreadyActive, Fresh, OpenResult, Resumed, RunStatus, RunStoreProvider
+from planq.store.database import Database
+from planq.store.models import RecoverableRunModel
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.store.runs_sql import SqlRunStoreProvider
 
 THREADS = 20
 

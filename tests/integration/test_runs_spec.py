@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from ulid import ULID
 
-from domain.runs import (
+from planq.domain.runs import (
     Completed,
     Failed,
     Paused,
@@ -31,9 +31,9 @@ from domain.runs import (
     RunStoreProvider,
     run_or_resume,
 )
-from store.database import Database
-from store.runs_memory import InMemoryRunStoreProvider
-from store.runs_sql import SqlRunStoreProvider
+from planq.store.database import Database
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.store.runs_sql import SqlRunStoreProvider
 from tests.runs_support import last_cursor, last_status, seed_running
 
 

@@ -14,15 +14,15 @@ import pytest
 import redis
 from typer.testing import CliRunner, Result
 
-from cli.main import app as cli
-from domain.runs import RunStatus
-from store.migrate import upgrade
-from tasks.trigger_slot import slot_key
+from planq.cli.main import app as cli
+from planq.domain.runs import RunStatus
+from planq.store.migrate import upgrade
+from planq.tasks.trigger_slot import slot_key
+from planq.worker_config.settings import load_settings
 from tests.api_support import ApiServer
 from tests.celery_support import embedded_runtime, make_app
 from tests.runs_support import JOB
 from tests.support import wait_for
-from worker_config.settings import load_settings
 
 
 def planq(*args: str) -> Result:

@@ -11,9 +11,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from store import Database
-from store.migrate import upgrade
-from store.models import Base
+from planq.store import Database
+from planq.store.migrate import upgrade
+from planq.store.models import Base
 from tests.support import create_pg_database, drop_pg_database
 
 

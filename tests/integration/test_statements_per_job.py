@@ -19,9 +19,9 @@ import pytest
 from celery import Celery
 from sqlalchemy import Engine, event
 
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan, PlanPhase, PlanStatus
-from tasks.runtime import Runtime
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.tasks.runtime import Runtime
 from tests.celery_support import embedded_runtime, make_app
 
 

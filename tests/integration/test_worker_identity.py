@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from domain.config import AsyncWorkerConfig
-from domain.jobs import AsyncJobStatus
-from domain.plans import Plan
-from store.memory import in_memory_ledger
-from tasks.engine import WORKER_ID_MAX, AsyncWorker, worker_id_for
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import Plan
+from planq.store.memory import in_memory_ledger
+from planq.tasks.engine import WORKER_ID_MAX, AsyncWorker, worker_id_for
 from tests.celery_support import embedded_runtime, make_app, wait_for_status
 
 pytestmark = [pytest.mark.redis]

@@ -7,17 +7,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from domain.availability import (
+from planq.domain.availability import (
     Availability,
     allowed_gap,
     check_sweep,
     next_availability,
     stale_sweep_gap,
 )
-from domain.errors import BoundsError, WrongTypeError
-from domain.ledger import JobLedger
-from store import Database, sql_ledger
-from store.models import LedgerAvailabilityModel
+from planq.domain.errors import BoundsError, WrongTypeError
+from planq.domain.ledger import JobLedger
+from planq.store import Database, sql_ledger
+from planq.store.models import LedgerAvailabilityModel
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from domain.bounds import (
+from planq.domain.bounds import (
     INT32_MAX,
     INT64_MAX,
     MAX_CHECKPOINT_BYTES,
@@ -34,17 +34,17 @@ from domain.bounds import (
     MAX_STEPS,
     MAX_WORKER_ID_LENGTH,
 )
-from domain.errors import BoundsError, WrongTypeError
-from domain.ids import new_id
-from domain.jobs import AsyncJob
-from domain.ledger import JobLedger
-from domain.lifecycle import PlanLifecycleService
-from domain.payload import deserialize_job_payload, serialize_job_payload
-from domain.plans import Plan, PlanPhase
-from domain.runs import Completed, RunOutcome, RunStore, run_or_resume
-from domain.runs.checks import check_limit, purge_cutoff, stale_cutoff
-from domain.runs.ports import Fresh
-from store import InMemoryRunStoreProvider, in_memory_ledger
+from planq.domain.errors import BoundsError, WrongTypeError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob
+from planq.domain.ledger import JobLedger
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.payload import deserialize_job_payload, serialize_job_payload
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.runs import Completed, RunOutcome, RunStore, run_or_resume
+from planq.domain.runs.checks import check_limit, purge_cutoff, stale_cutoff
+from planq.domain.runs.ports import Fresh
+from planq.store import InMemoryRunStoreProvider, in_memory_ledger
 from tests.bounds_support import (
     RUN_WRITES,
     THOUSAND,
@@ -282,7 +282,7 @@ def test_plan_model_bounds_its_fields(case: tuple[str, object]) -> None:
 @THOUSAND
 @given(days=bad_number(-MAX_RETENTION_DAYS, MAX_RETENTION_DAYS))
 def test_purge_days_must_be_finite_and_within_datetime(days: object) -> None:
-    from domain.clock import utcnow
+    from planq.domain.clock import utcnow
 
     with pytest.raises(BoundsError) as error:
         purge_cutoff(utcnow(), days)  # type: ignore[arg-type]
@@ -292,7 +292,7 @@ def test_purge_days_must_be_finite_and_within_datetime(days: object) -> None:
 @THOUSAND
 @given(seconds=bad_number(0.0, MAX_DURATION_SECONDS))
 def test_stale_after_must_be_finite_and_within_datetime(seconds: object) -> None:
-    from domain.clock import utcnow
+    from planq.domain.clock import utcnow
 
     with pytest.raises(BoundsError) as error:
         stale_cutoff(utcnow(), seconds)  # type: ignore[arg-type]
@@ -437,8 +437,8 @@ def test_ledger_durations_and_ids_are_bounded(case: tuple[str, object], cancel: 
     )
 )
 def test_an_executor_checkpoint_out_of_bounds_saves_nothing(state: dict[str, Any]) -> None:
-    from domain.cancellation import CancellationToken
-    from tasks.executors import JobContext
+    from planq.domain.cancellation import CancellationToken
+    from planq.tasks.executors import JobContext
 
     saved: list[tuple[float | None, str | None]] = []
     ctx = JobContext(job=_job(), token=CancellationToken(), save=lambda p, c: saved.append((p, c)))

@@ -6,9 +6,9 @@ import pytest
 from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
-from cli.output import BAD_INPUT, REFUSED, UNAVAILABLE, classify
-from cli.services import NotFound, PlanGone
-from domain.errors import BoundsError, InvalidIdError, LedgerUnavailableError, WrongTypeError
+from planq.cli.output import BAD_INPUT, REFUSED, UNAVAILABLE, classify
+from planq.cli.services import NotFound, PlanGone
+from planq.domain.errors import BoundsError, InvalidIdError, LedgerUnavailableError, WrongTypeError
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,8 @@ from celery.bin.worker import worker as celery_worker
 from flower.command import is_flower_envvar
 from flower.options import default_options as flower_options
 
-from worker_config.celery_config import ALL_QUEUES
-from worker_config.settings import PlanqSettings
+from planq.worker_config.celery_config import ALL_QUEUES
+from planq.worker_config.settings import PlanqSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -158,7 +158,7 @@ def test_worker_scales_and_runs_the_native_worker_command(
     assert "container_name" not in worker and "ports" not in worker
     assert not any("container_name" in s for s in services.values())
     args = argv(worker)
-    assert args[:4] == ["celery", "-A", "worker_config", "worker"]
+    assert args[:4] == ["celery", "-A", "planq.worker_config", "worker"]
     options = parse_options(celery_worker, [interpolate(a, {}) for a in args[4:]])
     assert options["pool"] == "prefork"
     assert int(options["concurrency"]) >= 1
@@ -171,13 +171,13 @@ def test_worker_scales_and_runs_the_native_worker_command(
 
 def test_beat_and_flower_commands_parse(services: dict[str, dict[str, Any]]) -> None:
     beat = argv(services["beat"])
-    assert beat[:4] == ["celery", "-A", "worker_config", "beat"]
+    assert beat[:4] == ["celery", "-A", "planq.worker_config", "beat"]
     schedule = parse_options(celery_beat, beat[4:])["schedule"]
     mount = next(v for v in services["beat"]["volumes"] if v.endswith(str(Path(schedule).parent)))
     assert mount.split(":")[0] in load_compose()["volumes"]  # a named volume: it survives
 
     flower = argv(services["flower"])
-    assert flower[:4] == ["celery", "-A", "worker_config", "flower"]
+    assert flower[:4] == ["celery", "-A", "planq.worker_config", "flower"]
     for arg in flower[4:]:  # tornado options: only --name=value is understood
         name, sep, _ = arg.removeprefix("--").partition("=")
         assert sep and name in flower_options, arg
@@ -233,7 +233,7 @@ def test_the_api_runs_planq_api_with_a_required_token(
 ) -> None:
     import typer.main
 
-    from cli.main import app
+    from planq.cli.main import app
 
     api = services["api"]
     args = argv(api)
@@ -250,7 +250,7 @@ def test_the_api_runs_planq_api_with_a_required_token(
 def test_planq_db_upgrade_is_a_cli_command() -> None:
     from typer.testing import CliRunner
 
-    from cli.main import app
+    from planq.cli.main import app
 
     result = CliRunner().invoke(app, ["db", "upgrade", "--help"])
     assert result.exit_code == 0, result.output
@@ -268,7 +268,7 @@ def test_every_long_running_service_has_a_healthcheck(
     assert check("redis") == "redis-cli ping"
     assert check("postgres").startswith("pg_isready")
     ping = shlex.split(check("worker"))
-    assert ping[:5] == ["celery", "-A", "worker_config", "inspect", "ping"]
+    assert ping[:5] == ["celery", "-A", "planq.worker_config", "inspect", "ping"]
     options = parse_options(celery_inspect, ping[5:])
     assert options["destination"] == "worker@$$HOSTNAME"  # $$: the container's shell expands it
     assert "http://127.0.0.1:5555/healthcheck" in check("flower")
@@ -371,8 +371,7 @@ def test_dockerfile_installs_the_package_without_dev_deps_as_a_non_root_user() -
     assert users and users[-1] not in {"root", "0"}
     assert "/var/lib/planq/beat" in dockerfile  # the beat volume's mount point, owned by it
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    for pattern in project["tool"]["setuptools"]["packages"]["find"]["include"]:
-        package = pattern.rstrip("*")
+    for package in {name.split(".")[1] for name in project["tool"]["setuptools"]["packages"]}:
         assert f"COPY {package} ./{package}" in dockerfile, f"package {package} not copied"
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".env", ".venv", ".git", "tests"} <= ignored

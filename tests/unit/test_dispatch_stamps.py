@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from domain.errors import LedgerUnavailableError
-from tasks.dispatch_stamps import DispatchStamps
+from planq.domain.errors import LedgerUnavailableError
+from planq.tasks.dispatch_stamps import DispatchStamps
 from tests.support import wait_for
 
 

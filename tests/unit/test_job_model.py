@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from domain.errors import InvalidJobTransitionError
-from domain.ids import is_ulid, new_id
-from domain.jobs import MAX_ERROR_LENGTH, AsyncJob, AsyncJobStatus, can_transition_job
-from domain.payload import serialize_job_payload
-from domain.plans import PlanPhase
+from planq.domain.errors import InvalidJobTransitionError
+from planq.domain.ids import is_ulid, new_id
+from planq.domain.jobs import MAX_ERROR_LENGTH, AsyncJob, AsyncJobStatus, can_transition_job
+from planq.domain.payload import serialize_job_payload
+from planq.domain.plans import PlanPhase
 
 S = AsyncJobStatus
 

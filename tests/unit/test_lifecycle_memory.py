@@ -8,16 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from domain.clock import utcnow
-from domain.config import AsyncWorkerConfig
-from domain.errors import InvalidIdError, InvalidPlanTransitionError, PlanNotFoundError
-from domain.ids import new_id
-from domain.jobs import AsyncJob, AsyncJobStatus
-from domain.ledger import STUCK_ERROR, JobLedger
-from domain.lifecycle import PlanLifecycleService
-from domain.plans import Plan, PlanPhase, PlanStatus
-from domain.ports import CancelOutcome
-from store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
+from planq.domain.clock import utcnow
+from planq.domain.config import AsyncWorkerConfig
+from planq.domain.errors import InvalidIdError, InvalidPlanTransitionError, PlanNotFoundError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import STUCK_ERROR, JobLedger
+from planq.domain.lifecycle import PlanLifecycleService
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.ports import CancelOutcome
+from planq.store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
 
 SECRET = "hunter2secret"
 

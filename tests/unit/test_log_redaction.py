@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from domain.log_redaction import RedactingFilter, install_redacting_filter
-from domain.redaction import REDACTED, Redactor
+from planq.domain.log_redaction import RedactingFilter, install_redacting_filter
+from planq.domain.redaction import REDACTED, Redactor
 
 REDACTOR = Redactor.from_patterns([r"tok_[A-Za-z0-9]+"])
 

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 import pytest
 from sqlalchemy import text
 
-from domain.errors import LedgerUnavailableError
-from domain.outage import OutageMonitor, ride_out_outage
-from domain.runs import Fresh, RunHeartbeat
-from store import Database
-from store.runs_memory import InMemoryRunStoreProvider
-from tasks.tracker import JobTracker
+from planq.domain.errors import LedgerUnavailableError
+from planq.domain.outage import OutageMonitor, ride_out_outage
+from planq.domain.runs import Fresh, RunHeartbeat
+from planq.store import Database
+from planq.store.runs_memory import InMemoryRunStoreProvider
+from planq.tasks.tracker import JobTracker
 from tests.support import wait_for
 
 

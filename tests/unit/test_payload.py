@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.ids import new_id
-from domain.payload import PAYLOAD_KEYS, deserialize_job_payload, serialize_job_payload
+from planq.domain.ids import new_id
+from planq.domain.payload import PAYLOAD_KEYS, deserialize_job_payload, serialize_job_payload
 
 
 def test_round_trip_without_extra() -> None:

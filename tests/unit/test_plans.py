@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from domain.errors import InvalidPlanTransitionError
-from domain.ids import is_ulid, new_id
-from domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.errors import InvalidPlanTransitionError
+from planq.domain.ids import is_ulid, new_id
+from planq.domain.plans import Plan, PlanPhase, PlanStatus
 
 P = PlanPhase
 St = PlanStatus

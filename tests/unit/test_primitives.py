@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from domain.cancellation import CancellationToken
-from domain.config import AsyncWorkerConfig, derive_heartbeat_interval
-from domain.errors import (
+from planq.domain.cancellation import CancellationToken
+from planq.domain.config import AsyncWorkerConfig, derive_heartbeat_interval
+from planq.domain.errors import (
     ConcurrentUpdateError,
     ConfigurationError,
     InvalidIdError,
@@ -19,8 +19,8 @@ from domain.errors import (
     PlanNotFoundError,
     PlanqError,
 )
-from domain.health import WorkerHealthReport
-from domain.ids import is_ulid, new_id, require_ulid
+from planq.domain.health import WorkerHealthReport
+from planq.domain.ids import is_ulid, new_id, require_ulid
 
 DEADLINE = 10.0  # seconds: generous upper bound for anything that should be instant
 
@@ -219,7 +219,7 @@ def test_config_defaults() -> None:
 
 
 def test_settings_take_every_engine_default_from_the_domain() -> None:
-    from worker_config.settings import load_settings
+    from planq.worker_config.settings import load_settings
 
     settings = load_settings(database_url="sqlite:///x.db")
     assert settings.worker_config() == AsyncWorkerConfig()

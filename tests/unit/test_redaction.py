@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from domain.redaction import BUILTIN, REDACTED, Redactor, describe_exception, redact_secrets
+from planq.domain.redaction import BUILTIN, REDACTED, Redactor, describe_exception, redact_secrets
 
 # No example database, as in the other unit tests: failures print their reproducing example.
 PROPERTY = settings(

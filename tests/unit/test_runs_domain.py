@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from domain.errors import PlanqError, RunNotActiveError, RunNotFoundError
-from domain.redaction import BUILTIN, REDACTED
-from domain.runs import (
+from planq.domain.errors import PlanqError, RunNotActiveError, RunNotFoundError
+from planq.domain.redaction import BUILTIN, REDACTED
+from planq.domain.runs import (
     ACTIVE_RUN_STATUSES,
     NON_TERMINAL_RUN_STATUSES,
     TERMINAL_RUN_STATUSES,
@@ -28,7 +28,7 @@ from domain.runs import (
     derive_progress,
     describe_exception,
 )
-from domain.runs.checks import (
+from planq.domain.runs.checks import (
     check_delta,
     check_param,
     check_total,
@@ -38,7 +38,7 @@ from domain.runs.checks import (
     purge_cutoff,
     stale_cutoff,
 )
-from domain.runs.findings import (
+from planq.domain.runs.findings import (
     check_kind,
     check_resource_id,
     check_severity,
@@ -46,7 +46,7 @@ from domain.runs.findings import (
     detail_to_json,
     present_severity_counts,
 )
-from domain.runs.summary import build_summary
+from planq.domain.runs.summary import build_summary
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from domain.redaction import REDACTED
-from domain.runs import (
+from planq.domain.redaction import REDACTED
+from planq.domain.runs import (
     Completed,
     Failed,
     Paused,
@@ -19,9 +19,9 @@ from domain.runs import (
     RunStore,
     run_or_resume,
 )
-from store.runs_memory import InMemoryRunStore, InMemoryRunStoreProvider
+from planq.store.runs_memory import InMemoryRunStore, InMemoryRunStoreProvider
 
-ENGINE_LOG = "domain.runs.engine"
+ENGINE_LOG = "planq.domain.runs.engine"
 
 
 class Minimal:

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from domain.runs import Fresh, RunHeartbeat
-from domain.runs.heartbeat import interval_for
-from store.runs_memory import InMemoryRunStoreProvider
+from planq.domain.runs import Fresh, RunHeartbeat
+from planq.domain.runs.heartbeat import interval_for
+from planq.store.runs_memory import InMemoryRunStoreProvider
 from tests.support import wait_for
 
 

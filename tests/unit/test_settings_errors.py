@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from domain.config import MAX_DURATION, AsyncWorkerConfig
-from domain.errors import ConfigurationError
-from worker_config import settings as settings_module
-from worker_config.settings import load_settings
+from planq.domain.config import MAX_DURATION, AsyncWorkerConfig
+from planq.domain.errors import ConfigurationError
+from planq.worker_config import settings as settings_module
+from planq.worker_config.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS_RULE = "must be a finite number of seconds above 0 and at most 315360000 (ten years)"
@@ -250,13 +250,13 @@ def test_no_warning_when_the_ledger_is_chosen_or_private(
 def test_importing_worker_config_with_a_bad_setting_never_exits() -> None:
     """A web app importing planq gets a ConfigurationError it can report, not SystemExit."""
     script = (
-        "import worker_config\n"
-        "from domain.errors import ConfigurationError\n"
+        "from planq import worker_config\n"
+        "from planq.domain.errors import ConfigurationError\n"
         "try:\n"
         "    worker_config.app\n"
         "except ConfigurationError as exc:\n"
         "    print('caught:', exc)\n"
-        "from worker_config import client\n"
+        "from planq.worker_config import client\n"
         "print('still running')\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLANQ_")}
@@ -274,7 +274,7 @@ def test_importing_worker_config_with_a_bad_setting_never_exits() -> None:
 
 def test_a_ledger_url_of_ones_own_is_checked_by_the_same_rule() -> None:
     """`planq db upgrade --url` and other callers with a URL of their own."""
-    from worker_config.settings import check_database_url
+    from planq.worker_config.settings import check_database_url
 
     url = "postgresql://planq@127.0.0.1:5432/planq"
     assert check_database_url(url) == url

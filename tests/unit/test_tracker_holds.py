@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.tracker import WORKER_SHUTDOWN, JobTracker
+from planq.tasks.tracker import WORKER_SHUTDOWN, JobTracker
 
 
 class BeatLog:
