@@ -3,7 +3,8 @@
 In this work tree the repository root is on sys.path, so a bare `import tasks` or
 `from domain import …` still resolves here; installed, it would be the user's own `tasks`
 module or nothing at all, and in the tree it would load a second copy of the module
-(two `PlanqError` classes). This guard keeps every such import out.
+(two `PlanqError` classes). This guard keeps every such import out, in the README's and
+the docs' code too.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ BARE = re.compile(
 def test_no_module_imports_planq_code_outside_the_namespace() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, match.start()) + 1}: {match[0].strip()}"
-        for folder in FOLDERS
-        for path in sorted((ROOT / folder).rglob("*.py"))
+        for path in [
+            *(p for folder in FOLDERS for p in sorted((ROOT / folder).rglob("*.py"))),
+            ROOT / "README.md",  # its code blocks are run or compiled by the README test
+            *sorted((ROOT / "docs").glob("*.md")),
+        ]
         for text in [path.read_text(encoding="utf-8")]
         for match in BARE.finditer(text)
     ]
