@@ -5,12 +5,14 @@ A missing service fails the run loudly: nothing here skips.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 
+from planq.domain.log_redaction import RedactingFilter
 from planq.domain.outage import PROCESS_OUTAGES
 from planq.domain.ports import JobStore, PlanStore
 from planq.store import Database, in_memory_ledger, sql_ledger
@@ -27,6 +29,19 @@ def fresh_outage_monitor() -> None:
     sweeps off for a timeout (domain/availability.py).
     """
     PROCESS_OUTAGES.reset()
+
+
+@pytest.fixture(autouse=True)
+def root_handlers_unguarded() -> Iterator[None]:
+    """Remove the redacting filters a test's Celery logging setup put on the root handlers.
+
+    Those handlers include pytest's own, which live for the session: a filter left on one
+    would rewrite every later test's records (exc_info rendered to text) before caplog.
+    """
+    yield
+    for handler in logging.getLogger().handlers:
+        for guard in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(guard)
 
 
 @pytest.fixture(scope="session")

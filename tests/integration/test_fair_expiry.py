@@ -69,6 +69,26 @@ def backdate_last_sighting(db: Database, sweep: str, seconds: float) -> None:
         )
 
 
+def backdate_sightings(db: Database, sweep: str, seconds: float) -> None:
+    """As if every sighting on record (the last one, the stretch's start) came `seconds` earlier."""
+    with db.session() as s:
+        row = s.execute(
+            select(
+                LedgerAvailabilityModel.last_seen_at, LedgerAvailabilityModel.available_since
+            ).where(LedgerAvailabilityModel.sweep == sweep)
+        ).one()
+        shift = timedelta(seconds=seconds)
+        since = row.available_since
+        s.execute(
+            update(LedgerAvailabilityModel)
+            .where(LedgerAvailabilityModel.sweep == sweep)
+            .values(
+                last_seen_at=row.last_seen_at - shift,
+                available_since=None if since is None else since - shift,
+            )
+        )
+
+
 def status(jobs: SqlJobStore, job_id: str) -> AsyncJobStatus:
     row = jobs.get(job_id)
     assert row is not None
@@ -233,5 +253,9 @@ def test_the_stale_run_sweep_holds_off_after_a_gap(database: Database) -> None:
     backdate_last_sighting(database, RUN_SWEEP, 3600)  # no stale sweep for an hour
     clock_now[0] += timedelta(seconds=120)
     assert provider.boot_recovery_sweep(stale_after=60).run_ids == ()
-    clock_now[0] += timedelta(seconds=1)
-    assert provider.boot_recovery_sweep(stale_after=0.001) == 1  # past the availability
+    # Sightings on schedule (40 s apart, allowed gap 45 s), whatever the host's load: the
+    # ledger has been available for 40 s, then 80 s, of the 60 s the holder is owed.
+    backdate_sightings(database, RUN_SWEEP, 40)
+    assert provider.boot_recovery_sweep(stale_after=60).run_ids == ()
+    backdate_sightings(database, RUN_SWEEP, 40)
+    assert provider.boot_recovery_sweep(stale_after=60) == 1  # past the availability
