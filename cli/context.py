@@ -39,28 +39,18 @@ def build_app(settings: Any) -> Any:
 class LedgerReader:
     """The ledger's stores on their own Database: reads for listings, no Celery app.
 
-    A SQLite ledger that was never migrated is migrated first, as the app's runtime does (a
-    fresh file lists empty); one that was is read as it is, without loading alembic.
+    A SQLite ledger migrates itself first, as the app's runtime does (a fresh file lists
+    empty); a current one costs one catalogue query, without loading alembic.
     """
 
     def __init__(self, database_url: str) -> None:
-        from sqlalchemy.engine import make_url
-
         from planq.store import Database, SqlRunStoreProvider, sql_ledger
+        from planq.store.migrate import migrate_sqlite
 
+        migrate_sqlite(database_url)
         self.db = Database(database_url)
-        if make_url(database_url).get_backend_name() == "sqlite" and not self._migrated():
-            from planq.store.migrate import upgrade
-
-            upgrade(database_url)
         self.jobs, self.plans = sql_ledger(self.db)
         self.runs = SqlRunStoreProvider(self.db)
-
-    def _migrated(self) -> bool:
-        """Whether the SQLite file has alembic's version table (one catalogue query)."""
-        query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-        with self.db.engine.connect() as conn:
-            return conn.exec_driver_sql(query).first() is not None
 
     def close(self) -> None:
         """Close the connections."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
+if TYPE_CHECKING:  # alembic loads only when a migration runs (a CLI listing never needs it)
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 DEFAULT_URL_ENV = "PLANQ_DATABASE_URL"
@@ -15,6 +16,8 @@ DEFAULT_URL_ENV = "PLANQ_DATABASE_URL"
 
 def alembic_config(url: str) -> Config:
     """An Alembic config pointing at planq's migrations, with no alembic.ini needed."""
+    from alembic.config import Config
+
     from planq.store.database import normalise_url
 
     cfg = Config()
@@ -25,11 +28,49 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at url up to revision."""
+    from alembic import command
+
     command.upgrade(alembic_config(url), revision)
+
+
+#: The newest revision (a test holds it equal to the migrations' head): lets a SQLite
+#: ledger that is already current be opened without loading alembic's scripts.
+HEAD_REVISION = "0004_availability"
+
+
+def migrate_sqlite(url: str) -> bool:
+    """A SQLite ledger migrates itself (PostgreSQL only by `planq db upgrade`); True if it did.
+
+    The one door for automatic migration (the worker's preflight, each process's Runtime,
+    the CLI's reader): one catalogue query when the file is current, else `upgrade(url)`.
+    """
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import OperationalError
+    from sqlalchemy.pool import NullPool
+
+    from planq.store.database import normalise_url
+
+    if make_url(normalise_url(url)).get_backend_name() != "sqlite":
+        return False
+    engine = create_engine(normalise_url(url), poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except OperationalError:  # no such table (a new file), or no file yet
+        current = None
+    finally:
+        engine.dispose()
+    if current == HEAD_REVISION:
+        return False
+    upgrade(url)
+    return True
 
 
 def downgrade(url: str, revision: str) -> None:
     """Take the database at url down to revision."""
+    from alembic import command
+
     command.downgrade(alembic_config(url), revision)
 
 

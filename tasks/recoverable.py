@@ -16,7 +16,7 @@
   worker still owns. Owner = the Celery node name (`name@host`), stable across a restart.
 - A warm shutdown (CLI worker) asks this node's Running runs to stop: they end Paused at
   their next batch with the cursor kept, instead of holding the shutdown for hours.
-- Fencing: each process has ONE run heartbeat (`run_heartbeat(app)`, rebuilt after fork)
+- Fencing: each process has ONE run heartbeat (`Runtime.run_heartbeat`, rebuilt after fork)
   that stamps every run it holds in one statement per interval (stale_after / 6, at most
   10 s), so the stale sweep never pauses a live run that checkpoints rarely. A run this
   process lost (swept while it was frozen, then resumed elsewhere) refuses its writes
@@ -26,34 +26,21 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
-import socket
 import threading
-import weakref
-from collections.abc import Mapping
 from typing import Any
-from weakref import WeakKeyDictionary
 
 from celery import Celery, Task
 from celery.exceptions import Ignore
-from celery.signals import worker_init, worker_shutting_down
 from celery.utils.saferepr import saferepr
 
 from planq.domain.outage import ride_out_outage
-from planq.domain.redaction import BUILTIN, Redactor
-from planq.domain.runs import (
-    RecoverableJobHandler,
-    RunHeartbeat,
-    RunStatus,
-    SweepResult,
-    run_or_resume,
-)
-from planq.domain.runs.heartbeat import interval_for
+from planq.domain.redaction import Redactor
+from planq.domain.runs import RecoverableJobHandler, RunStatus, SweepResult, run_or_resume
 from planq.tasks import metrics, trigger_slot
 from planq.tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from planq.tasks.ledger_consistency import LedgerConsistencyHandler
-from planq.tasks.runtime import runtime_for
+from planq.tasks.runtime import holder_of, run_owner_name, runtime_for
 
 logger = logging.getLogger("planq.runs")
 
@@ -61,16 +48,6 @@ TASK_PREFIX = "planq.runs."
 BEAT_PREFIX = "planq-runs-"
 SWEEP_RETRY_DEADLINE = 10.0
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
-_registered: WeakKeyDictionary[Celery, dict[str, RecoverableJobHandler]] = WeakKeyDictionary()
-#: The node name of the worker this process runs for app (set on worker_init, kept by fork).
-_node_names: WeakKeyDictionary[Celery, str] = WeakKeyDictionary()
-#: PLANQ_RUN_STALE_AFTER of app (set by connect_recovery_signals); the heartbeat's pace.
-_stale_after: WeakKeyDictionary[Celery, float] = WeakKeyDictionary()
-#: The run heartbeat of this process for app, with the pid that built it (fork: rebuild).
-_heartbeats: WeakKeyDictionary[Celery, tuple[int, RunHeartbeat]] = WeakKeyDictionary()
-_heartbeats_lock = threading.Lock()
-#: The stale bound assumed when an app never had its recovery signals connected.
-DEFAULT_STALE_AFTER = 300.0
 
 
 class RunFailed(Exception):
@@ -104,49 +81,13 @@ def task_name(job_name: str) -> str:
     return f"{TASK_PREFIX}{job_name}"
 
 
-def worker_node_name(hostname: str | None = None) -> str:
-    """Who owns a run: the Celery node name (stable across a restart of the node).
-
-    Outside a worker (a direct call), the process stands in: `planq-<pid>@<host>`.
-    """
-    if isinstance(hostname, str) and "@" in hostname:
-        return hostname
-    return f"planq-{os.getpid()}@{socket.gethostname()}"
-
-
 def owner_for(app: Celery, request: Any = None) -> str:
     """The node name of the worker running a task of app in this process.
 
     The one worker_init recorded comes first: `task.request.hostname` is the node name only
     under the CLI worker (others put the machine's hostname there).
     """
-    node = _node_names.get(app)
-    if node:
-        return node
-    return worker_node_name(getattr(request, "hostname", None))
-
-
-def run_heartbeat(app: Celery) -> RunHeartbeat:
-    """The run heartbeat of this process for app (built on first use, again after a fork)."""
-    pid = os.getpid()
-    with _heartbeats_lock:
-        held = _heartbeats.get(app)
-        if held is not None and held[0] == pid:
-            return held[1]
-        app_ref = weakref.ref(app)  # the heartbeat must not keep the app alive
-
-        def beat(leases: Mapping[str, int]) -> set[str]:
-            current = app_ref()
-            if current is None:  # the app is gone: nothing left to tell anyone
-                return set(leases)
-            return runtime_for(current).runs.heartbeat_runs(leases)
-
-        stale_after = _stale_after.get(app, DEFAULT_STALE_AFTER)
-        heartbeat = RunHeartbeat(
-            beat, interval_for(stale_after), redactor=runtime_for(app).redactor
-        )
-        _heartbeats[app] = (pid, heartbeat)
-        return heartbeat
+    return holder_of(app).run_owner or run_owner_name(getattr(request, "hostname", None))
 
 
 def check_handler(handler: object) -> str:
@@ -192,8 +133,9 @@ def _refuse_time_limits(app: Celery) -> None:
 
 
 def registered_jobs(app: Celery) -> dict[str, RecoverableJobHandler]:
-    """The recoverable jobs registered on app, by name."""
-    return dict(_registered.get(app, {}))
+    """The recoverable jobs registered on app, by name (none on an app planq did not build)."""
+    holder = getattr(app, "planq", None)
+    return dict(holder.handlers) if holder is not None else {}
 
 
 def register_recoverable_job(
@@ -203,7 +145,7 @@ def register_recoverable_job(
     name = check_handler(handler)
     every = check_interval(interval)
     _refuse_time_limits(app)
-    jobs = _registered.setdefault(app, {})
+    jobs = holder_of(app).handlers
     if name in jobs:
         raise ValueError(f"recoverable job {name!r} is already registered on this app")
 
@@ -219,7 +161,7 @@ def register_recoverable_job(
             runtime.runs,
             args,
             owner=owner,
-            heartbeat=run_heartbeat(app),
+            heartbeat=runtime.run_heartbeat,
             redactor=runtime.redactor,
         )
         if outcome.skipped is None and outcome.status is not None:
@@ -300,53 +242,33 @@ def pause_own_runs(app: Celery, owner: str) -> list[str]:
     return asked
 
 
-def connect_recovery_signals(app: Celery, stale_after: float) -> None:
-    """The boot sweep on worker_init, the pause on a warm shutdown (idempotent per app)."""
-    if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
-        raise TypeError(f"stale_after must be a number of seconds, got {stale_after!r}")
-    if stale_after <= 0:
-        raise ValueError(f"stale_after must be > 0 seconds, got {stale_after!r}")
-    _stale_after[app] = float(stale_after)
-
-    def _on_worker_init(sender: Any = None, **_: Any) -> None:
-        if getattr(sender, "app", None) is not app:
-            return
-        owner = worker_node_name(getattr(sender, "hostname", None))
-        _node_names[app] = owner
-        try:
-            boot_recovery_sweep(app, owner, stale_after)
-        except Exception:  # Celery would only log it quietly: say it loudly
-            logger.exception(
-                "boot recovery sweep for %s FAILED: its interrupted runs stay active until "
-                "a later sweep (a restart, or another node after %.0fs of silence)",
-                owner,
-                stale_after,
-            )
-
-    def _on_shutting_down(sender: Any = None, how: Any = None, **_: Any) -> None:
-        # Sent inside the CLI worker's signal handler (sender = the node name): do the
-        # ledger write on a thread, never in the handler itself.
-        if how != "Warm" or not registered_jobs(app):
-            return
-        owner = _node_names.get(app) or worker_node_name(
-            sender if isinstance(sender, str) else None
+def sweep_at_boot(app: Celery, owner: str, stale_after: float) -> None:
+    """worker_init: pause this node's interrupted runs and the stale ones; never raises."""
+    try:
+        boot_recovery_sweep(app, owner, stale_after)
+    except Exception:  # Celery would only log it quietly: say it loudly
+        logger.exception(
+            "boot recovery sweep for %s FAILED: its interrupted runs stay active until "
+            "a later sweep (a restart, or another node after %.0fs of silence)",
+            owner,
+            stale_after,
         )
 
-        def pause() -> None:
-            try:
-                pause_own_runs(app, owner)
-            except Exception:
-                logger.exception(
-                    "shutdown (%s): could not ask runs to pause; the next boot sweeps them",
-                    owner,
-                )
 
-        threading.Thread(target=pause, name="planq-runs-pause", daemon=True).start()
+def pause_at_shutdown(app: Celery, owner: str) -> None:
+    """A warm shutdown: ask this node's Running runs to pause, on a thread (not the handler)."""
+    if not registered_jobs(app):
+        return
 
-    worker_init.connect(_on_worker_init, weak=False, dispatch_uid=f"planq-runs-sweep-{id(app)}")
-    worker_shutting_down.connect(
-        _on_shutting_down, weak=False, dispatch_uid=f"planq-runs-stop-{id(app)}"
-    )
+    def pause() -> None:
+        try:
+            pause_own_runs(app, owner)
+        except Exception:
+            logger.exception(
+                "shutdown (%s): could not ask runs to pause; the next boot sweeps them", owner
+            )
+
+    threading.Thread(target=pause, name="planq-runs-pause", daemon=True).start()
 
 
 STALE_SWEEP_TASK = "planq.maintenance.sweep_stale_runs"
@@ -375,18 +297,23 @@ def register_stale_run_sweep(app: Celery, stale_after: float) -> Any:
 
 
 def install_recoverable_runs(
-    app: Celery,
-    *,
-    stale_after: float,
-    ledger_consistency_interval: float | None = None,
-    redactor: Redactor = BUILTIN,
+    app: Celery, *, ledger_consistency_interval: float | None = None
 ) -> dict[str, Any]:
-    """Everything recoverable runs need on app: the signals and planq's own handler."""
-    connect_recovery_signals(app, stale_after)
+    """Everything recoverable runs need on app: the stale sweep and planq's own handler.
+
+    The bound is the app's PLANQ_RUN_STALE_AFTER (its RuntimeConfig); the worker start and
+    stop of runs (the boot sweep, the pause) are in tasks/signals.py.
+    """
+    config = holder_of(app).config
+    stale_after = config.run_stale_after
+    if isinstance(stale_after, bool) or not isinstance(stale_after, int | float):
+        raise TypeError(f"stale_after must be a number of seconds, got {stale_after!r}")
+    if stale_after <= 0:
+        raise ValueError(f"stale_after must be > 0 seconds, got {stale_after!r}")
     register_stale_run_sweep(app, stale_after)
     handler = LedgerConsistencyHandler(
         database=lambda: runtime_for(app).db,
         job_timeout=lambda: runtime_for(app).config.worker.job_timeout,
-        redactor=redactor,
+        redactor=config.redactor,
     )
     return {LEDGER_CONSISTENCY: register_recoverable_job(app, handler, ledger_consistency_interval)}

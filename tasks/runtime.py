@@ -1,24 +1,31 @@
-"""One Runtime per process: the ledger, the engine and the publisher, rebuilt after fork."""
+"""The service object: a Runtime per process (ledger, engine, runs, publisher), a holder per app.
+
+`RuntimeHolder` (on the app as `app.planq`) is everything planq keeps per app: the config,
+the Celery node name this process works for, the recoverable-run handlers. `Runtime` is
+everything per process, built from the holder on first use and again after a fork (in
+`RuntimeHolder.get`, the one place). Nothing is kept in a module-level registry.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from celery.signals import worker_init
-
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
 from planq.domain.jobs import AsyncJob
 from planq.domain.lifecycle import PlanLifecycleService
 from planq.domain.ports import CancelOutcome
 from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.runs import RecoverableJobHandler, RunHeartbeat
+from planq.domain.runs.heartbeat import interval_for
 from planq.store import Database, SqlRunStoreProvider, sql_ledger
-from planq.store.migrate import upgrade
+from planq.store.migrate import migrate_sqlite
 from planq.tasks.dispatch_stamps import DispatchStamps
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
@@ -27,6 +34,10 @@ logger = logging.getLogger("planq.runtime")
 #: The revoke argument that says "already recorded in the ledger", with the outcome: set by
 #: planq's own cancel (broadcast_cancel), absent from Flower's and `celery control revoke`.
 RECORDED = "planq_recorded"
+
+
+#: The stale-run bound when none is configured (PLANQ_RUN_STALE_AFTER's default).
+DEFAULT_RUN_STALE_AFTER = 300.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,8 @@ class RuntimeConfig:
     metrics_port: int = 0  #: 0 = no metrics endpoint
     #: beat's stuck-sweep schedule: a longer gap between sweeps holds expiry off
     stuck_check_interval: float = DEFAULT_STUCK_CHECK_INTERVAL
+    #: PLANQ_RUN_STALE_AFTER: the stale-run bound, and so the run heartbeat's pace
+    run_stale_after: float = DEFAULT_RUN_STALE_AFTER
 
 
 class Runtime:
@@ -61,7 +74,7 @@ class Runtime:
         #: The redactor every ledger write, task error and log line of this process uses.
         self.redactor = config.redactor
         if config.auto_migrate:
-            upgrade(config.database_url)
+            migrate_sqlite(config.database_url)
         self.db = Database(config.database_url)
         self.jobs, self.plans = sql_ledger(self.db)
         self.executors = ExecutorRegistry.from_settings(config.executors, config.default_executor)
@@ -99,6 +112,12 @@ class Runtime:
         """Recoverable runs on this process's ledger (built on first use, same Database)."""
         return SqlRunStoreProvider(self.db, redactor=self.redactor)
 
+    @cached_property
+    def run_heartbeat(self) -> RunHeartbeat:
+        """The process's one run heartbeat: every run it holds, one statement per interval."""
+        interval = interval_for(self.config.run_stale_after)
+        return RunHeartbeat(self.runs.heartbeat_runs, interval, redactor=self.redactor)
+
     def publish(self, jobs: Sequence[AsyncJob]) -> None:
         """Send the jobs' messages on one producer, then stamp them in batch.
 
@@ -135,14 +154,17 @@ class Runtime:
         self.db.dispose_after_fork()
 
     def close(self) -> None:
-        """Stamp what is pending, stop the heartbeat thread, close the connections."""
+        """Stamp what is pending, stop the heartbeat threads, close the connections."""
         self.stamps.close()
         self.worker.tracker.close()
+        heartbeat: RunHeartbeat | None = self.__dict__.get("run_heartbeat")
+        if heartbeat is not None:
+            heartbeat.stop()
         self.db.close()
 
 
 class RuntimeHolder:
-    """The app's Runtime in this process: built on first use, and again after a fork.
+    """What planq keeps per app, and the app's Runtime in this process (rebuilt after a fork).
 
     It lives on the app (`app.planq`), so there is no registry of apps to keep in step.
     """
@@ -154,11 +176,16 @@ class RuntimeHolder:
         self._lock = threading.Lock()
         #: The Celery node name (worker_init's sender), inherited by forked children.
         self.node: str | None = None
+        #: Who owns the runs this node starts (`run_owner_name(node)`, fixed at worker_init).
+        self.run_owner: str | None = None
+        #: The recoverable jobs registered on the app, by name (tasks/recoverable.py).
+        self.handlers: dict[str, RecoverableJobHandler] = {}
 
     def name_node(self, node: str) -> None:
         """Record the node name; this process's Runtime (if built) claims under it now."""
         with self._lock:
             self.node = node
+            self.run_owner = run_owner_name(node)
             runtime = self._runtime
         if runtime is not None and runtime.pid == os.getpid():
             runtime.name_node(node)
@@ -185,28 +212,38 @@ class RuntimeHolder:
             runtime.close()
 
 
-def attach_runtime(app: Any, config: RuntimeConfig) -> None:
-    """Give app its per-process Runtime holder (the composition root calls this once).
+def run_owner_name(hostname: str | None = None) -> str:
+    """Who owns a run: the Celery node name (stable across a restart of the node).
+
+    Outside a worker (a direct call), the process stands in: `planq-<pid>@<host>`.
+    """
+    if isinstance(hostname, str) and "@" in hostname:
+        return hostname
+    return f"planq-{os.getpid()}@{socket.gethostname()}"
+
+
+def attach_runtime(app: Any, config: RuntimeConfig) -> RuntimeHolder:
+    """Give app its holder (the composition root calls this once; the signals name its node).
 
     The holder learns the Celery node name on worker_init (in the worker's parent, before
     any child forks), so every process of the node claims jobs as `<node name>/<pid>`.
     """
-    holder = app.planq = RuntimeHolder(app, config)
+    holder: RuntimeHolder = RuntimeHolder(app, config)
+    app.planq = holder
+    return holder
 
-    def _on_worker_init(sender: Any = None, **_: Any) -> None:
-        node = getattr(sender, "hostname", None)
-        if getattr(sender, "app", None) is app and isinstance(node, str) and node:
-            holder.name_node(node)
 
-    worker_init.connect(_on_worker_init, weak=False, dispatch_uid=f"planq-node-{id(app)}")
+def holder_of(app: Any) -> RuntimeHolder:
+    """The app's holder; RuntimeError if app was not built by planq's composition root."""
+    holder: RuntimeHolder | None = getattr(app, "planq", None)
+    if holder is None:
+        raise RuntimeError(f"{app!r} is not a planq app (build it with worker_config.create_app)")
+    return holder
 
 
 def runtime_for(app: Any) -> Runtime:
     """The Runtime for app in this process, built on first use (and again after a fork)."""
-    holder: RuntimeHolder | None = getattr(app, "planq", None)
-    if holder is None:
-        raise RuntimeError(f"{app!r} is not a planq app (build it with worker_config.create_app)")
-    return holder.get()
+    return holder_of(app).get()
 
 
 def reset_runtime(app: Any) -> None:

@@ -1,6 +1,16 @@
-"""Celery signal handlers: process setup, the revoke bridge, warm shutdown, token holds.
+"""Every Celery signal planq listens to, in one place: a worker's start, its processes, its stop.
 
-A phase delivery holds its cancellation token from task_prerun to task_postrun.
+| signal | what planq does |
+|---|---|
+| celeryd_init | preflight: `celery worker` refuses to start without a usable ledger |
+| after_setup_logger, after_setup_task_logger | the redacting filter on every handler |
+| worker_init | name the node; the revoke bridge; the metrics endpoint; the runs' boot sweep |
+| worker_process_init | a prefork child: its Runtime, and the tracker's wake-up signals |
+| worker_process_shutdown | the child's metrics file |
+| worker_shutting_down | warm shutdown: trip the tokens, signal the children, pause runs |
+| beat_init | beat sends no task events for its sweeps |
+| task_prerun, task_postrun | a phase delivery holds its cancellation token |
+| task_revoked | one log line |
 
 Ledger state transitions never happen here (Celery swallows a receiver's exception); they
 happen in the task body. Handlers only set up the process and wake the tracker.
@@ -12,11 +22,15 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
 from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
     beat_init,
+    celeryd_init,
     task_postrun,
     task_prerun,
     task_revoked,
@@ -26,9 +40,11 @@ from celery.signals import (
     worker_shutting_down,
 )
 
+from planq.domain.log_redaction import install_redacting_filter
 from planq.tasks import metrics
+from planq.tasks.recoverable import pause_at_shutdown, sweep_at_boot
 from planq.tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
-from planq.tasks.runtime import runtime_for
+from planq.tasks.runtime import holder_of, run_owner_name, runtime_for
 
 logger = logging.getLogger("planq.signals")
 #: Tells a prefork child "warm shutdown: trip your tokens". Not SIGHUP/SIGUSR1/SIGTERM:
@@ -37,20 +53,38 @@ logger = logging.getLogger("planq.signals")
 SHUTDOWN_SIGNAL = signal.SIGURG
 
 
-def connect_signals(app: Celery) -> None:
-    """Connect planq's handlers for this app (idempotent)."""
+def connect_signals(app: Celery, preflight: Callable[[], None] | None = None) -> None:
+    """Connect planq's handlers for this app (idempotent); preflight runs on celeryd_init."""
+    holder = holder_of(app)
+    config = holder.config
 
     def for_app(sender: Any) -> bool:
         owner = getattr(sender, "app", None)
         return owner is None or owner is app
 
+    def _on_setup_logger(logger: Any = None, **_: Any) -> None:
+        # The root logger's handlers see every library's records (planq's, Celery's own
+        # "Task … raised" lines, redirected stdout); the task logger has handlers of its own.
+        targets = [logger] if isinstance(logger, logging.Logger) else []
+        for target in [*targets, logging.getLogger()]:
+            install_redacting_filter(target, config.redactor)
+
+    def _on_celeryd_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
+        # The `celery worker` program's parent, before the banner and before any fork.
+        if preflight is not None and getattr(instance, "app", None) is app:
+            preflight()
+
     def _on_worker_init(sender: Any = None, **_: Any) -> None:
-        if not for_app(sender):
+        if getattr(sender, "app", None) is not app:
             return
+        node = getattr(sender, "hostname", None)
+        if isinstance(node, str) and node:  # every process of the node claims as `<node>/<pid>`
+            holder.name_node(node)
         install_revoke_bridge()
-        port = app.conf.planq_runtime.metrics_port
-        if port:  # in the parent, before any child forks: children inherit the data dir
-            metrics.serve_metrics(port)
+        if config.metrics_port:  # in the parent, before any child forks: they inherit it
+            metrics.serve_metrics(config.metrics_port)
+        owner = holder.run_owner or run_owner_name(None)
+        sweep_at_boot(app, owner, config.run_stale_after)
 
     def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
         metrics.process_exited(pid or os.getpid())
@@ -62,7 +96,9 @@ def connect_signals(app: Celery) -> None:
         signal.signal(POKE_SIGNAL, lambda *_: tracker.poke())
         signal.signal(SHUTDOWN_SIGNAL, lambda *_: tracker.poke_shutdown())
 
-    def _on_shutting_down(sig: Any = None, how: Any = None, exitcode: Any = None, **_: Any) -> None:
+    def _on_shutting_down(
+        sender: Any = None, sig: Any = None, how: Any = None, exitcode: Any = None, **_: Any
+    ) -> None:
         # Warm shutdown: in-flight jobs stop at their next safe point, checkpoints kept.
         runtime = runtime_for(app)
         tripped = runtime.worker.tracker.cancel_all()
@@ -76,6 +112,9 @@ def connect_signals(app: Celery) -> None:
             len(tripped),
             len(children),
         )
+        if how == "Warm":  # sent inside the CLI worker's signal handler: a thread writes
+            owner = holder.run_owner or run_owner_name(sender if isinstance(sender, str) else None)
+            pause_at_shutdown(app, owner)
 
     def _on_beat_init(sender: Any = None, **_: Any) -> None:
         # Beat publishes maintenance sweeps every few seconds: no task-sent events for
@@ -106,6 +145,9 @@ def connect_signals(app: Celery) -> None:
     def _on_revoked(request: Any = None, terminated: bool = False, **_: Any) -> None:
         logger.info("celery revoked %s (terminated=%s)", getattr(request, "id", "?"), terminated)
 
+    for setup in (after_setup_logger, after_setup_task_logger):  # worker's and beat's logs
+        setup.connect(_on_setup_logger, weak=False, dispatch_uid=f"planq-logs-{id(app)}")
+    celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid=f"planq-preflight-{id(app)}")
     worker_init.connect(_on_worker_init, weak=False, dispatch_uid=f"planq-init-{id(app)}")
     worker_process_shutdown.connect(
         _on_process_shutdown, weak=False, dispatch_uid=f"planq-procend-{id(app)}"

@@ -5,14 +5,13 @@ from __future__ import annotations
 from celery import Celery
 from sqlalchemy.engine import make_url
 
-from planq.tasks.log_setup import connect_log_redaction
 from planq.tasks.maintenance import register_maintenance_tasks
 from planq.tasks.phase_tasks import register_phase_tasks
 from planq.tasks.recoverable import install_recoverable_runs
 from planq.tasks.runtime import RuntimeConfig, attach_runtime
 from planq.tasks.signals import connect_signals
 from planq.worker_config.celery_config import celery_config
-from planq.worker_config.preflight import connect_preflight
+from planq.worker_config.preflight import preflight
 from planq.worker_config.settings import PlanqSettings, load_settings
 
 
@@ -27,6 +26,7 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
         auto_migrate=make_url(settings.database_url).get_backend_name() == "sqlite",
         metrics_port=settings.metrics_port,
         stuck_check_interval=settings.stuck_check_interval,
+        run_stale_after=settings.run_stale_after,
     )
 
 
@@ -40,17 +40,12 @@ def configure_app(app: Celery, settings: PlanqSettings) -> Celery:
     """Make an existing app a planq app (a test framework's app, an app of one's own)."""
     app.conf.update(celery_config(settings))
     config = runtime_config(settings)
-    app.conf.planq_runtime = config
     attach_runtime(app, config)  # each process builds its Runtime from it on first use
     register_phase_tasks(app)
     register_maintenance_tasks(app)
-    connect_signals(app)
-    connect_log_redaction(config.redactor)  # worker's and beat's log handlers
-    connect_preflight(app, config)  # `celery worker` refuses to start without a usable ledger
     install_recoverable_runs(
-        app,
-        stale_after=settings.run_stale_after,
-        ledger_consistency_interval=settings.ledger_consistency_interval or None,
-        redactor=config.redactor,
+        app, ledger_consistency_interval=settings.ledger_consistency_interval or None
     )
+    # Worker start and stop, in one place; `celery worker` refuses to start without a ledger.
+    connect_signals(app, preflight=lambda: preflight(config))
     return app

@@ -10,12 +10,9 @@ An outage that begins after start-up is ridden out as before (`domain/outage.py`
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from celery import Celery
-from celery.signals import celeryd_init
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
@@ -24,7 +21,7 @@ from sqlalchemy.pool import NullPool
 from planq.domain.errors import ConfigurationError, LedgerUnavailableError, PlanqError
 from planq.domain.redaction import redact_secrets
 from planq.store.database import normalise_url
-from planq.store.migrate import alembic_config, upgrade
+from planq.store.migrate import alembic_config, migrate_sqlite
 from planq.tasks.executors import ExecutorRegistry
 from planq.tasks.runtime import RuntimeConfig
 
@@ -49,7 +46,7 @@ def check_ledger(url: str, *, auto_migrate: bool = False) -> None:
     """
     if auto_migrate:
         try:
-            upgrade(url)
+            migrate_sqlite(url)
         except DBAPIError as exc:
             raise _unreachable(url, exc) from None
         except OSError as exc:  # the SQLite file's directory cannot be made or written
@@ -88,21 +85,19 @@ def check_worker(config: RuntimeConfig) -> None:
         raise ConfigurationError(f"PLANQ_EXECUTORS / PLANQ_DEFAULT_EXECUTOR: {exc}") from None
 
 
-def connect_preflight(app: Celery, config: RuntimeConfig) -> None:
-    """Run check_worker when a `celery worker` program starts for this app."""
+def preflight(config: RuntimeConfig) -> None:
+    """check_worker as `celery worker` starts (tasks/signals.py, celeryd_init).
 
-    def _on_celeryd_init(sender: Any = None, instance: Any = None, **_: Any) -> None:
-        if getattr(instance, "app", None) is not app:
-            return
-        try:
-            check_worker(config)
-        except PlanqError as exc:
-            sys.stderr.write(f"planq worker: cannot start: {config.redactor(str(exc))}\n")
-            sys.stderr.flush()
-            status = SETTING_EXIT if isinstance(exc, ConfigurationError) else LEDGER_EXIT
-            raise SystemExit(status) from None  # Celery swallows a receiver's Exception
-
-    celeryd_init.connect(_on_celeryd_init, weak=False, dispatch_uid=f"planq-preflight-{id(app)}")
+    A refusal is one redacted line on stderr and the CLI's exit status (2: a setting, 3: the
+    ledger).
+    """
+    try:
+        check_worker(config)
+    except PlanqError as exc:
+        sys.stderr.write(f"planq worker: cannot start: {config.redactor(str(exc))}\n")
+        sys.stderr.flush()
+        status = SETTING_EXIT if isinstance(exc, ConfigurationError) else LEDGER_EXIT
+        raise SystemExit(status) from None  # Celery swallows a receiver's Exception
 
 
 def _is_postgres(url: str) -> bool:

@@ -56,7 +56,7 @@ def sibling_app(app: Celery, executor: str, **settings: Any) -> Celery:
     """An app on the same broker and ledger as `app`, running the named test executor."""
     return make_app(
         app.conf.broker_url,
-        app.conf.planq_runtime.database_url,
+        app.planq.config.database_url,
         default_executor=f"{EXEC}:{executor}",
         **settings,
     )

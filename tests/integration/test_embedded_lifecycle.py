@@ -92,7 +92,7 @@ def test_a_stop_that_runs_out_of_time_names_the_job_and_leaves_the_process_usabl
     first, _ = apps
     stuck_app = make_app(
         first.conf.broker_url,
-        first.conf.planq_runtime.database_url,
+        first.planq.config.database_url,
         default_executor=f"{EXEC}:ignores_cancel",
     )
     try:

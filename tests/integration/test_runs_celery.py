@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -176,6 +177,18 @@ def app(runs_redis_url: str, pg_database: Database, pg_url: str) -> Celery:
     app = make_app(runs_redis_url, pg_url, max_workers=4, job_timeout=120.0)
     app.conf.result_backend = runs_redis_url  # these tests read each trigger's JobOutcome
     return app
+
+
+@pytest.fixture
+def restart_free_app(runs_redis_url: str, tmp_path: Path) -> Celery:
+    """An app on a SQLite ledger, for the stale sweeps: no server whose restart holds them off.
+
+    On PostgreSQL a stale sweep waits until the server has been up for stale_after (300 s
+    here; domain/availability.py), so these would depend on when another test restarted it.
+    That rule has its own tests (tests/integration/test_fair_expiry.py).
+    """
+    ledger = f"sqlite:///{tmp_path / 'runs.db'}"  # a new file: the app migrates it itself
+    return make_app(runs_redis_url, ledger, max_workers=4, job_timeout=120.0)
 
 
 @pytest.fixture
@@ -349,7 +362,10 @@ def test_the_specs_sweep_without_arguments_pauses_every_active_run(app: Celery) 
         reset_runtime(app)
 
 
-def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(app: Celery) -> None:
+def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(
+    restart_free_app: Celery,
+) -> None:
+    app = restart_free_app
     node = "sweeper@planq-test"
     runs = runtime_for(app).runs
     try:
@@ -392,7 +408,10 @@ def test_worker_start_sweeps_its_own_and_stale_runs_never_a_live_one(app: Celery
         reset_runtime(app)
 
 
-def test_the_periodic_sweep_pauses_only_runs_whose_worker_is_gone(app: Celery) -> None:
+def test_the_periodic_sweep_pauses_only_runs_whose_worker_is_gone(
+    restart_free_app: Celery,
+) -> None:
+    app = restart_free_app
     runs = runtime_for(app).runs
     try:
         stale = runs.open_or_start("orphaned", owner="gone-for-good@other-host")

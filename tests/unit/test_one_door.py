@@ -1,0 +1,80 @@
+"""One door per concern, kept so: the checks that a second door would fail."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from alembic.script import ScriptDirectory
+
+from planq.store.migrate import HEAD_REVISION, alembic_config, migrate_sqlite
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_PACKAGES = ("domain", "store", "tasks", "worker_config", "cli")
+
+
+def source_modules() -> list[Path]:
+    return [path for package in SOURCE_PACKAGES for path in sorted((ROOT / package).rglob("*.py"))]
+
+
+#: The signals of a worker's (or beat's) start, processes and stop.
+LIFECYCLE_SIGNALS = {
+    "celeryd_init",
+    "after_setup_logger",
+    "after_setup_task_logger",
+    "worker_init",
+    "worker_process_init",
+    "worker_process_shutdown",
+    "worker_shutting_down",
+    "worker_ready",
+    "worker_shutdown",
+    "beat_init",
+    "task_prerun",
+    "task_revoked",
+}
+
+
+def signals_imported(path: Path) -> set[str]:
+    """The celery.signals names a module imports (`import celery.signals` counts as all)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module == "celery.signals":
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import) and any(a.name == "celery.signals" for a in node.names):
+            names.update(LIFECYCLE_SIGNALS)
+    return names
+
+
+def test_worker_start_and_stop_are_connected_in_tasks_signals_only() -> None:
+    # (cli/demo.py counts the maintenance tasks it shows with a task_postrun observer.)
+    listeners = {
+        str(path.relative_to(ROOT)): sorted(signals_imported(path) & LIFECYCLE_SIGNALS)
+        for path in source_modules()
+        if signals_imported(path) & LIFECYCLE_SIGNALS
+    }
+    assert list(listeners) == ["tasks/signals.py"]
+
+
+def test_no_module_level_registry_of_apps() -> None:
+    holders = [
+        str(path.relative_to(ROOT))
+        for path in source_modules()
+        if "WeakKeyDictionary" in path.read_text()
+    ]
+    assert holders == []  # per-app state lives on the app's RuntimeHolder (`app.planq`)
+
+
+def test_the_head_revision_constant_is_the_migrations_head() -> None:
+    heads = ScriptDirectory.from_config(alembic_config("sqlite:///unused.db")).get_heads()
+    assert heads == [HEAD_REVISION]
+
+
+def test_a_sqlite_ledger_migrates_itself_once(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert migrate_sqlite(url) is True  # a new file: migrated
+    assert migrate_sqlite(url) is False  # current: one catalogue query, nothing done
+
+
+def test_postgresql_is_never_migrated_automatically() -> None:
+    # No connection is attempted: the URL's backend decides (port 1 would refuse).
+    assert migrate_sqlite("postgresql://planq@127.0.0.1:1/nowhere") is False
