@@ -12,11 +12,12 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 
 from planq.domain.errors import LedgerUnavailableError
 from planq.domain.outage import DEFAULT_OUTAGE_BUDGET, PROCESS_OUTAGES, OutageMonitor
+from planq.domain.periodic import PeriodicBatch
+from planq.domain.redaction import BUILTIN, Redactor
 
 logger = logging.getLogger("planq.dispatch")
 
@@ -25,7 +26,13 @@ FLUSH_INTERVAL = 0.1
 
 
 class DispatchStamps:
-    """Collects published job ids and stamps them in one statement per interval."""
+    """Collects published job ids and stamps them in one statement per interval.
+
+    The thread is a `PeriodicBatch`. Through a ledger outage the ids are kept and retried
+    (the outage is the monitor's to log, once) until the outage has lasted `outage_budget`
+    seconds; then they are left to the relay, with one warning. Any other failure drops the
+    batch with one redacted line: a stamp is a hint only.
+    """
 
     def __init__(
         self,
@@ -33,18 +40,40 @@ class DispatchStamps:
         interval: float = FLUSH_INTERVAL,
         outage_budget: float = DEFAULT_OUTAGE_BUDGET,
         outages: OutageMonitor | None = None,
+        redactor: Redactor = BUILTIN,
     ):
         self._stamp = stamp
         self.outages = PROCESS_OUTAGES if outages is None else outages
-        self.interval = interval
-        self.outage_budget = outage_budget
         self._pending: list[str] = []
-        self._outage_since: float | None = None  #: monotonic time the ledger went away
         self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
+        #: The flush thread: started by add(), ends when nothing is pending.
+        self.loop = PeriodicBatch(
+            self._stamp_pending,
+            interval,
+            what="dispatch stamps",
+            idle=lambda: not self.pending,
+            name="planq-dispatch-stamps",
+            outages=self.outages,
+            redactor=redactor,
+            log=logger,
+            outage_budget=outage_budget,
+            on_budget_spent=self._leave_to_the_relay,
+        )
         atexit.register(self.flush)
+
+    @property
+    def interval(self) -> float:
+        """Seconds between flushes (a test may stretch it to flush by hand)."""
+        return self.loop.interval
+
+    @interval.setter
+    def interval(self, seconds: float) -> None:
+        self.loop.interval = seconds
+
+    @property
+    def outage_budget(self) -> float:
+        """Seconds of outage the ids are kept through before they are left to the relay."""
+        return self.loop.outage_budget or 0.0
 
     @property
     def pending(self) -> int:
@@ -56,58 +85,36 @@ class DispatchStamps:
         """Remember ids whose message was just published; the thread stamps them soon."""
         with self._lock:
             self._pending.extend(job_ids)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="planq-dispatch-stamps", daemon=True
-                )
-                self._thread.start()
+        self.loop.start()
 
     def flush(self) -> int:
-        """Stamp everything pending now; how many ids were sent to the ledger."""
+        """Stamp everything pending now; how many ids were stamped (0 if that failed)."""
+        return self.loop.run_once()
+
+    def _stamp_pending(self) -> int:
+        """The loop's tick: one statement for every pending id; an outage puts them back."""
         with self._lock:
             ids, self._pending = self._pending, []
         if not ids:
             return 0
         try:
             self._stamp(ids)
-        except LedgerUnavailableError as exc:  # an outage: keep them for the next interval
-            self._ride_out(ids, exc)
-            return 0
-        except Exception as exc:  # a hint only: the relay re-publishes unstamped rows
-            logger.warning("could not stamp %d dispatched job(s): %s", len(ids), exc)
-        else:
-            self.outages.succeeded()
-        self._outage_since = None
+        except LedgerUnavailableError:  # kept for the next try; the loop counts the budget
+            with self._lock:
+                self._pending[:0] = ids
+            raise
         return len(ids)
 
-    def _ride_out(self, ids: list[str], exc: LedgerUnavailableError) -> None:
-        """Put ids back while the outage is within budget; past it, leave them to the relay.
-
-        The outage itself is the monitor's to log (once per outage, not per flush).
-        """
-        now = time.monotonic()
-        self.outages.failed(f"stamping {len(ids)} dispatched job(s)", exc)
-        if self._outage_since is None:
-            self._outage_since = now
-        if now - self._outage_since > self.outage_budget:
-            logger.warning("dropping %d stamp(s) after %.0fs", len(ids), self.outage_budget)
-            self._outage_since = None
-            return
+    def _leave_to_the_relay(self) -> None:
+        """The outage outlasted the budget: drop the held ids (the relay re-publishes them)."""
         with self._lock:
-            self._pending[:0] = ids
-
-    def _run(self) -> None:
-        while not self._closed:
-            self._wake.wait(self.interval)
-            self.flush()
-            with self._lock:
-                if not self._pending:
-                    self._thread = None
-                    return
+            ids, self._pending = self._pending, []
+        if ids:
+            logger.warning("dropping %d stamp(s) after %.0fs", len(ids), self.outage_budget)
 
     def close(self) -> None:
         """Stamp what is pending and stop the thread."""
-        self._closed = True
-        self._wake.set()
+        self.loop.stop()
         self.flush()
+        self.loop.close()
         atexit.unregister(self.flush)

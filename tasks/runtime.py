@@ -90,7 +90,7 @@ class Runtime:
             sweep_interval=config.stuck_check_interval,
         )
         self.ledger = self.worker.ledger
-        self.stamps = DispatchStamps(self.ledger.mark_dispatched)
+        self.stamps = DispatchStamps(self.ledger.mark_dispatched, redactor=self.redactor)
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish
         )

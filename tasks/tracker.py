@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import select
 import threading
 from collections.abc import Callable
 
 from planq.domain.cancellation import CancellationToken
-from planq.domain.errors import LedgerUnavailableError
-from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, retry_period
-from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
+from planq.domain.periodic import PeriodicBatch
+from planq.domain.redaction import BUILTIN, Redactor
 
 logger = logging.getLogger("planq.heartbeat")
 
@@ -32,9 +29,10 @@ class JobTracker:
 
     One daemon thread writes one statement per interval for all tracked jobs; the same
     statement returns cancel requests, so a cancel arrives even if every broadcast was lost.
-    `poke()` (async-signal-safe) makes it look at the ledger at once. While the ledger is
-    unavailable it retries every `retry_period(interval)` (at most 1 s), so the jobs' leases
-    are renewed as soon as it is back; the outage is reported to the process's monitor.
+    `poke()` (async-signal-safe) makes it look at the ledger at once. The thread is a
+    `PeriodicBatch`: while the ledger is unavailable it retries every
+    `retry_period(interval)` (at most 1 s), so the jobs' leases are renewed as soon as it is
+    back, and the outage is reported to the process's monitor.
 
     Under Celery, `task_prerun` holds a delivery's token (`hold`) and `task_postrun`
     releases it (`release`): a revoke or a warm shutdown that lands before the claim
@@ -53,18 +51,33 @@ class JobTracker:
     ) -> None:
         self._beat = beat
         self.redactor = redactor
-        self.interval = interval
         self.outages = PROCESS_OUTAGES if outages is None else outages
-        self._failing = False  #: the last beat failed: retry soon, not a whole interval later
         self._tokens: dict[str, CancellationToken] = {}
         self._beating: set[str] = set()
         self._holds: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._read_fd, self._write_fd = os.pipe()
-        os.set_blocking(self._write_fd, False)
-        self._thread: threading.Thread | None = None
-        self._stopped = False
         self.beats = 0
+        #: The heartbeat thread: started by track(), ends when nothing is beaten.
+        self.loop = PeriodicBatch(
+            self._tick,
+            interval,
+            what="job heartbeat",
+            idle=lambda: not self.in_flight(),
+            name="planq-heartbeat",
+            outages=self.outages,
+            redactor=redactor,
+            log=logger,
+            on_wake=self._on_wake,
+        )
+
+    @property
+    def interval(self) -> float:
+        """Seconds between heartbeats."""
+        return self.loop.interval
+
+    @interval.setter
+    def interval(self, seconds: float) -> None:
+        self.loop.interval = seconds
 
     # -- jobs ----------------------------------------------------------------------
     def hold(self, job_id: str) -> CancellationToken:
@@ -87,13 +100,8 @@ class JobTracker:
         with self._lock:
             token = self._tokens.setdefault(job_id, CancellationToken())
             self._beating.add(job_id)
-            if self._thread is None or not self._thread.is_alive():
-                self._stopped = False
-                self._thread = threading.Thread(
-                    target=self._run, name="planq-heartbeat", daemon=True
-                )
-                self._thread.start()
-            return token
+        self.loop.start()
+        return token
 
     def untrack(self, job_id: str) -> None:
         """Stop heartbeating job_id (it ended); its token goes unless a delivery holds it."""
@@ -131,74 +139,39 @@ class JobTracker:
     # -- signal-safe wake-ups --------------------------------------------------------
     def poke(self) -> None:
         """Look at the ledger now (safe to call from a signal handler)."""
-        self._write(_POLL)
+        self.loop.wake(_POLL)
 
     def poke_shutdown(self) -> None:
         """Trip every token as a warm shutdown (safe to call from a signal handler)."""
-        self._write(_SHUTDOWN)
+        self.loop.wake(_SHUTDOWN)
 
-    def _write(self, byte: bytes) -> None:
-        # A full pipe means a wake-up is already pending.
-        with contextlib.suppress(BlockingIOError, OSError):
-            os.write(self._write_fd, byte)
+    def _on_wake(self, notes: bytes) -> None:
+        if _SHUTDOWN in notes:
+            self.cancel_all(WORKER_SHUTDOWN)
 
-    # -- the heartbeat thread ------------------------------------------------------------
+    # -- the heartbeat ---------------------------------------------------------------------
     def beat_now(self) -> set[str]:
         """Write one heartbeat for all tracked jobs and trip the tokens asked to cancel."""
         ids = self.in_flight()
-        if not ids:
-            return set()
+        return self._beat_ids(ids) if ids else set()
+
+    def _tick(self) -> int:
+        ids = self.in_flight()
+        if ids:
+            self._beat_ids(ids)
+        return len(ids)
+
+    def _beat_ids(self, ids: list[str]) -> set[str]:
         asked = self._beat(ids)
-        self.outages.succeeded()
         self.beats += 1
         for job_id in asked:
             self.cancel_local(job_id, CANCEL_REQUESTED)
         return asked
 
-    def _run(self) -> None:
-        while not self._stopped:
-            wait = retry_period(self.interval) if self._failing else self.interval
-            readable, _, _ = select.select([self._read_fd], [], [], wait)
-            if readable:
-                data = os.read(self._read_fd, 512)
-                if _SHUTDOWN in data:
-                    self.cancel_all(WORKER_SHUTDOWN)
-            if self._stopped:
-                return
-            self._failing = self._beat_quietly()
-            with self._lock:
-                if not self._beating:
-                    self._thread = None
-                    return
-
-    def _beat_quietly(self) -> bool:
-        """beat_now(); True if the ledger is unavailable (retry soon). Never a log flood.
-
-        An outage is the monitor's to log; any other failure is one line per interval.
-        """
-        try:
-            self.beat_now()
-        except LedgerUnavailableError as exc:
-            self.outages.failed("job heartbeat", exc)
-            return True
-        except Exception as exc:
-            logger.warning(
-                "heartbeat write failed: %s", describe_exception(exc, self.redactor)[:300]
-            )
-            logger.debug("heartbeat write failed", exc_info=exc)
-        return False
-
     def stop(self) -> None:
-        """Stop the thread (the jobs' own ends untrack them)."""
-        self._stopped = True
-        self._write(_POLL)
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5)
+        """Stop the thread (the jobs' own ends untrack them; the next track() restarts it)."""
+        self.loop.stop()
 
     def close(self) -> None:
         """Stop and release the pipe."""
-        self.stop()
-        for fd in (self._read_fd, self._write_fd):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self.loop.close()

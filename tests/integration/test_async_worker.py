@@ -206,7 +206,7 @@ def test_heartbeat_advances_while_running_and_stops_after(jobs: JobStore, plans:
     release.set()
     runner.join(10)
     assert engine.tracker.in_flight() == []
-    wait_for(lambda: engine.tracker._thread is None, timeout=5, what="heartbeat thread to stop")
+    wait_for(lambda: not engine.tracker.loop.running, timeout=5, what="heartbeat thread to stop")
 
 
 def test_retry_policy_queues_a_new_attempt_with_the_checkpoint(
