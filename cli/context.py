@@ -36,27 +36,6 @@ def build_app(settings: Any) -> Any:
     return create_app(settings)
 
 
-class LedgerReader:
-    """The ledger's stores on their own Database: reads for listings, no Celery app.
-
-    A SQLite ledger migrates itself first, as the app's runtime does (a fresh file lists
-    empty); a current one costs one catalogue query, without loading alembic.
-    """
-
-    def __init__(self, database_url: str) -> None:
-        from planq.store import Database, SqlRunStoreProvider, sql_ledger
-        from planq.store.migrate import migrate_sqlite
-
-        migrate_sqlite(database_url)
-        self.db = Database(database_url)
-        self.jobs, self.plans = sql_ledger(self.db)
-        self.runs = SqlRunStoreProvider(self.db)
-
-    def close(self) -> None:
-        """Close the connections."""
-        self.db.close()
-
-
 class Planq:
     """Settings, app, runtime and run store for one command; each built on first use."""
 
@@ -95,6 +74,8 @@ class Planq:
         """
         if "runtime" in self.__dict__:
             return self.runtime
+        from planq.worker_config.ledger import LedgerReader
+
         return LedgerReader(self.settings.database_url)
 
     @cached_property
@@ -125,8 +106,8 @@ class Planq:
     def close(self) -> None:
         """Release the runtime's connections and the app's broker pools."""
         ledger = self.__dict__.get("ledger")
-        if isinstance(ledger, LedgerReader):
-            ledger.close()
+        if ledger is not None and "runtime" not in self.__dict__:
+            ledger.close()  # the LedgerReader (a runtime's stores close with the runtime)
         if "runtime" in self.__dict__:
             from planq.tasks.runtime import reset_runtime
 

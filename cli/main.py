@@ -75,10 +75,10 @@ def db_upgrade(
     ] = None,
 ) -> None:
     """Apply the ledger's migrations (idempotent)."""
-    from planq.store.migrate import upgrade
+    from planq.worker_config.ledger import upgrade_ledger
 
     target = url or "sqlite:///planq.db"
-    upgrade(target)
+    upgrade_ledger(target)
     typer.echo(f"ledger at {target.split('@')[-1]} is at the latest revision")
 
 

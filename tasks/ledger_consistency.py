@@ -19,11 +19,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
-
-from sqlalchemy import func, select
+from typing import Any, Protocol, TypeVar
 
 from planq.domain.clock import as_utc, utcnow
 from planq.domain.jobs import AsyncJobStatus
@@ -41,8 +40,6 @@ from planq.domain.runs import (
     Severity,
 )
 from planq.domain.transitions import PLAN_STATUS_FOR_JOB
-from planq.store import Database
-from planq.store.models import AsyncJobModel, PlanModel
 
 logger = logging.getLogger("planq.runs.ledger_consistency")
 T = TypeVar("T")
@@ -52,6 +49,19 @@ STALE_HEARTBEAT = "stale_heartbeat"
 PLAN_JOB_MISMATCH = "plan_job_mismatch"
 CORRUPT_PAYLOAD = "corrupt_payload"
 _RETRY_DEADLINE = 60.0
+
+
+class LedgerScan(Protocol):
+    """What the scan reads (its SQL is `store/ledger_scan.py`; the Runtime hands one in)."""
+
+    def estimated_jobs(self) -> int:
+        """About how many rows async_jobs holds."""
+
+    def page(self, after_job_id: str, limit: int) -> list[dict[str, Any]]:
+        """The next keyset page of jobs (with their plans) after after_job_id."""
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """One transaction for the findings and the checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -133,20 +143,20 @@ class LedgerConsistencyHandler:
 
     def __init__(
         self,
-        database: Database | Callable[[], Database],
+        ledger: LedgerScan | Callable[[], LedgerScan],
         job_timeout: float | Callable[[], float],
         clock: Callable[[], datetime] = utcnow,
         redactor: Redactor = BUILTIN,
     ) -> None:
-        self._database = database
+        self._ledger = ledger
         self._job_timeout = job_timeout
         self._clock = clock
         self.redactor = redactor
 
     @property
-    def db(self) -> Database:
-        """The ledger (resolved per call: a worker process builds its own after fork)."""
-        return self._database() if callable(self._database) else self._database
+    def ledger(self) -> LedgerScan:
+        """The ledger's pages (resolved per call: a worker process builds its own after fork)."""
+        return self._ledger() if callable(self._ledger) else self._ledger
 
     @property
     def job_timeout(self) -> float:
@@ -158,9 +168,8 @@ class LedgerConsistencyHandler:
         return ProgressKind.approximate
 
     def count_total(self) -> int:
-        """Rows in async_jobs now (for the progress bar)."""
-        with self.db.session() as s:
-            return int(s.scalar(select(func.count()).select_from(AsyncJobModel)) or 0)
+        """About how many rows async_jobs holds (for the progress bar; an estimate)."""
+        return self.ledger.estimated_jobs()
 
     # -- the scan ------------------------------------------------------------------------
     def run_resumable(
@@ -203,7 +212,7 @@ class LedgerConsistencyHandler:
         """Write the held findings and the checkpoint in one transaction, then reset."""
 
         def write() -> None:
-            with self.db.transaction():
+            with self.ledger.transaction():
                 for f in progress.findings:
                     store.record_finding(f.kind, f.severity, f.resource_id, f.detail)
                 store.checkpoint(progress.cursor, progress.rows)
@@ -215,39 +224,8 @@ class LedgerConsistencyHandler:
         progress.since = time.monotonic()
 
     def _batch(self, cursor: bytes, limit: int) -> list[dict[str, Any]]:
-        """One keyset page in ONE statement (one snapshot): rows, their plan, latest-ness."""
-        j, p = AsyncJobModel, PlanModel
-        newer = AsyncJobModel.__table__.alias("newer")
-        is_latest = ~(
-            select(newer.c.job_id)
-            .where(
-                newer.c.plan_id == j.plan_id,
-                (newer.c.created_at > j.created_at)
-                | ((newer.c.created_at == j.created_at) & (newer.c.job_id > j.job_id)),
-            )
-            .exists()
-        )
-        stmt = (
-            select(
-                j.job_id,
-                j.plan_id,
-                j.phase,
-                j.status,
-                j.payload_json,
-                j.worker_id,
-                j.last_heartbeat,
-                p.plan_id.label("plan_found"),
-                p.phase.label("plan_phase"),
-                p.status.label("plan_status"),
-                is_latest.label("is_latest"),
-            )
-            .outerjoin(p, p.plan_id == j.plan_id)
-            .where(j.job_id > cursor.decode("ascii"))
-            .order_by(j.job_id)
-            .limit(limit)
-        )
-        with self.db.session() as s:
-            return [dict(row._mapping) for row in s.execute(stmt)]
+        """The next keyset page after cursor (store/ledger_scan.py)."""
+        return self.ledger.page(cursor.decode("ascii"), limit)
 
     def _check_batch(self, rows: list[dict[str, Any]], progress: _Progress) -> None:
         now = self._clock()

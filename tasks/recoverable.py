@@ -312,7 +312,7 @@ def install_recoverable_runs(
         raise ValueError(f"stale_after must be > 0 seconds, got {stale_after!r}")
     register_stale_run_sweep(app, stale_after)
     handler = LedgerConsistencyHandler(
-        database=lambda: runtime_for(app).db,
+        ledger=lambda: runtime_for(app).ledger_scan,
         job_timeout=lambda: runtime_for(app).config.worker.job_timeout,
         redactor=config.redactor,
     )

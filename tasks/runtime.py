@@ -25,6 +25,7 @@ from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs import RecoverableJobHandler, RunHeartbeat
 from planq.domain.runs.heartbeat import interval_for
 from planq.store import Database, SqlRunStoreProvider, sql_ledger
+from planq.store.ledger_scan import LedgerScan
 from planq.store.migrate import migrate_sqlite
 from planq.tasks.dispatch_stamps import DispatchStamps
 from planq.tasks.engine import AsyncWorker, worker_id_for
@@ -111,6 +112,11 @@ class Runtime:
     def runs(self) -> SqlRunStoreProvider:
         """Recoverable runs on this process's ledger (built on first use, same Database)."""
         return SqlRunStoreProvider(self.db, redactor=self.redactor)
+
+    @cached_property
+    def ledger_scan(self) -> LedgerScan:
+        """Read-only pages of the job ledger for the ledger_consistency scan (same Database)."""
+        return LedgerScan(self.db)
 
     @cached_property
     def run_heartbeat(self) -> RunHeartbeat:

@@ -1,0 +1,34 @@
+"""The ledger without Celery: read-only stores for the CLI's listings, and migrations.
+
+Part of the composition root: the CLI and the HTTP API reach the store implementations only
+through here (an import-linter contract keeps `planq.cli` from importing `planq.store`), so
+`planq jobs list` imports no celery, kombu or task module.
+"""
+
+from __future__ import annotations
+
+from planq.store import Database, SqlRunStoreProvider, sql_ledger
+from planq.store.migrate import migrate_sqlite, upgrade
+
+
+class LedgerReader:
+    """The ledger's stores on their own Database: reads for listings, no Celery app.
+
+    A SQLite ledger migrates itself first, as the app's runtime does (a fresh file lists
+    empty); a current one costs one catalogue query, without loading alembic.
+    """
+
+    def __init__(self, database_url: str) -> None:
+        migrate_sqlite(database_url)
+        self.db = Database(database_url)
+        self.jobs, self.plans = sql_ledger(self.db)
+        self.runs = SqlRunStoreProvider(self.db)
+
+    def close(self) -> None:
+        """Close the connections."""
+        self.db.close()
+
+
+def upgrade_ledger(url: str) -> None:
+    """Bring the ledger at url to the latest revision (`planq db upgrade`; idempotent)."""
+    upgrade(url)
