@@ -130,11 +130,7 @@ def cancel(name: JobName, as_json: JsonOpt = False) -> None:
     """
     limits.check_job_name(name)
     with planq() as session:  # any job name with runs: the worker may know handlers we don't
-        run_id = session.runs.request_cancel(name)
-        if run_id is None:
-            latest = session.runs.list_runs(name, limit=1)
-            state = f"its latest run is {latest[0].status.as_str()}" if latest else "it has no runs"
-            raise Refused(f"no Running run of {name!r} to cancel ({state})")
+        run_id = services.cancel_run(session, name, registered_only=False)
     doc = {"job_name": name, "run_id": run_id, "status": "CancelRequested", "ends_as": "Paused"}
     if as_json:
         emit_json(doc)

@@ -441,9 +441,14 @@ def trigger_run(
     return TriggerResult(name, "resumed" if resumed else "fresh", getattr(sent, "id", None), taken)
 
 
-def cancel_run(session: Planq, name: str) -> str:
-    """Ask the Running run of name to pause at its next batch; its id, or Refused."""
-    recoverable_handler(session, name)
+def cancel_run(session: Planq, name: str, *, registered_only: bool = True) -> str:
+    """Ask the Running run of name to pause at its next batch; its id, or Refused.
+
+    The one door for cancelling a run (CLI, API, dashboard). registered_only=False (the
+    CLI) accepts any job name with runs: the workers may know handlers this process does not.
+    """
+    if registered_only:
+        recoverable_handler(session, name)
     run_id = session.runs.request_cancel(name)
     if run_id is None:
         latest = session.runs.list_runs(name, limit=1)

@@ -62,7 +62,7 @@ def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
 
 
 @router.get("", dependencies=READ, response_model_exclude_none=True)
-def list_jobs(planq: Session) -> list[RecoverableJobOut]:
+def list_recoverable_jobs(planq: Session) -> list[RecoverableJobOut]:
     """Every registered recoverable job, with the badge of its last outcome."""
     from planq.tasks.recoverable import registered_jobs
 
