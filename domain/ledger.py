@@ -128,7 +128,7 @@ class JobLedger:
 
     def cancel(self, job_id: str) -> CancelOutcome:
         """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
-        with self.jobs.transaction():  # the job store checks job_id (domain/ports.py)
+        with self.jobs.transaction():  # the job store checks job_id, at its port
             outcome = self.jobs.cancel(job_id, utcnow())
             if outcome is CancelOutcome.cancelled:
                 job = self.jobs.get(job_id)

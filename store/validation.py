@@ -1,4 +1,4 @@
-"""Argument checks at the store boundary, shared by every implementation.
+"""Argument checks at the store boundary, run by the ports' checked layer (store/checked.py).
 
 Each raises before any statement runs: a TypeError/ValueError (BoundsError for a value
 out of the limits in domain/bounds.py) naming the argument, so a refused call writes
