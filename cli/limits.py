@@ -6,7 +6,6 @@ Every check raises a one-line BadInput (exit 2) or the domain's BoundsError (als
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,21 +50,20 @@ def check_window(limit: int, offset: int) -> None:
         )
 
 
-def check_number(option: str, value: float, low: float, high: float) -> float:
-    """BadInput unless value is a finite number with low <= value <= high."""
-    if not math.isfinite(value) or not low <= value <= high:
-        raise BadInput(f"{option} must be a finite number from {low:g} to {high:g}, got {value!r}")
-    return value
+def number_option(option: str, value: float, low: float, high: float) -> float:
+    """The domain's check_number, refusing in the words of an option (BadInput)."""
+    from planq.domain.bounds import check_number  # lazy: `planq --help` loads no domain
+    from planq.domain.errors import BoundsError
 
-
-def check_job_name(name: str) -> str:
-    """A recoverable job's name as the run store bounds it (BoundsError: no NUL, not too long)."""
-    from planq.domain.bounds import MAX_JOB_NAME_LENGTH, check_text
-
-    return check_text("job name", name, MAX_JOB_NAME_LENGTH)
+    try:
+        return check_number(option, value, low, high)
+    except BoundsError:
+        raise BadInput(
+            f"{option} must be a finite number from {low:g} to {high:g}, got {value!r}"
+        ) from None
 
 
 def check_watch(timeout: float, interval: float) -> None:
     """`plans watch` bounds: a finite timeout and a poll interval within reason."""
-    check_number("--timeout", timeout, 0.0, MAX_WATCH_SECONDS)
-    check_number("--interval", interval, MIN_POLL_SECONDS, MAX_POLL_SECONDS)
+    number_option("--timeout", timeout, 0.0, MAX_WATCH_SECONDS)
+    number_option("--interval", interval, MIN_POLL_SECONDS, MAX_POLL_SECONDS)

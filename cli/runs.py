@@ -55,8 +55,10 @@ def trigger(
     The decision is made here and again, race-safely, by the worker that takes the message.
     """
     args = parse_args(arg or [])
-    limits.check_job_name(name)
-    limits.check_number("--wait", wait, 0.0, 60.0)
+    from planq.domain.bounds import check_job_name  # lazy: `--help` loads no domain
+
+    check_job_name(name)
+    limits.number_option("--wait", wait, 0.0, 60.0)
     with planq() as session:
         result = services.trigger_run(session, name, args, wait=wait)
     run = result.run.as_dict() if result.run is not None else None
@@ -92,7 +94,9 @@ def list_runs(
     """Runs, newest first, with how many there are in all."""
     limits.check_window(limit, 0)
     if name is not None:
-        limits.check_job_name(name)
+        from planq.domain.bounds import check_job_name  # lazy: `--help` loads no domain
+
+        check_job_name(name)
     with planq() as session:
         page = services.run_page(session, name, limit)
     if as_json:
@@ -128,7 +132,9 @@ def cancel(name: JobName, as_json: JsonOpt = False) -> None:
     Exit 1 if none is Running. A cancelled run ends Paused, its cursor kept, as the spec's
     cancel does: nothing is thrown away.
     """
-    limits.check_job_name(name)
+    from planq.domain.bounds import check_job_name  # lazy: `--help` loads no domain
+
+    check_job_name(name)
     with planq() as session:  # any job name with runs: the worker may know handlers we don't
         run_id = services.cancel_run(session, name, registered_only=False)
     doc = {"job_name": name, "run_id": run_id, "status": "CancelRequested", "ends_as": "Paused"}
@@ -186,7 +192,7 @@ def purge(
     """Delete ended runs (and their findings) older than N days; active runs are never touched."""
     from planq.domain.bounds import MAX_RETENTION_DAYS
 
-    limits.check_number("--older-than-days", older_than_days, 1.0, MAX_RETENTION_DAYS)
+    limits.number_option("--older-than-days", older_than_days, 1.0, MAX_RETENTION_DAYS)
     with planq() as session:
         purged, _ = services.purge_runs(session, older_than_days)
     if as_json:

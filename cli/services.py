@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import typer
 
 from planq.cli.context import Planq
-from planq.cli.limits import Page, check_job_name, check_window
+from planq.cli.limits import Page, check_window
 from planq.cli.output import BadInput, Refused, boundary
 
 APP_MODULE = "planq.worker_config"
@@ -245,9 +245,8 @@ def plan_page(session: Planq, limit: int, offset: int = 0) -> Page:
 def run_page(session: Planq, job_name: str | None, limit: int) -> Page:
     """Runs newest first (of one job name) with how many there are."""
     check_window(limit, 0)
-    name = check_job_name(job_name) if job_name is not None else None
-    rows = session.runs.list_runs(name, limit=limit)
-    return Page(rows, session.runs.count_runs(name), limit)
+    rows = session.runs.list_runs(job_name, limit=limit)  # the run port bounds the name
+    return Page(rows, session.runs.count_runs(job_name), limit)
 
 
 def find_plan(session: Planq, plan_id: str) -> Any:

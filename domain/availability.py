@@ -57,6 +57,9 @@ def allowed_gap(sweep_interval: float) -> float:
     return seconds + max(seconds * LATE_FRACTION, MIN_LATENESS)
 
 
+#: The longest allowed gap of any sweep schedule (a sighting's max_gap is at most this).
+MAX_GAP = MAX_DURATION_SECONDS * (1 + LATE_FRACTION)
+
 #: The stale-run sweep runs every stale_after / 2 (tasks/recoverable.py's beat entry).
 STALE_SWEEPS_PER_WINDOW = 2
 

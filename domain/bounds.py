@@ -45,8 +45,14 @@ MAX_STEP_NAME_LENGTH = 200
 MAX_STEP_SECONDS = 86_400.0  #: a step of the built-in walk_steps lasts at most a day
 MIN_SCHEMA_VERSION = 1
 MAX_SCHEMA_VERSION = 10_000  #: a payload claiming a newer version is refused on read (too new)
-MAX_RETENTION_DAYS = 36_500.0  #: a hundred years: well inside what datetime can subtract
-MAX_DURATION_SECONDS = MAX_RETENTION_DAYS * 86_400  #: stale_after, job_timeout, job_ttl
+#: Kept history (`runs purge --older-than-days`, purge_terminal_runs): a hundred years of
+#: days, a window subtracted once from now, well inside what datetime can subtract.
+MAX_RETENTION_DAYS = 36_500.0
+#: The one bound on a duration in seconds: every setting (domain/config.py), stale_after,
+#: job_timeout, job_ttl, sweep intervals and graces. Ten years: added to and subtracted from
+#: datetimes and waited on by threads, far inside what datetime, timedelta and
+#: `threading.TIMEOUT_MAX` hold, and far above any useful value.
+MAX_DURATION_SECONDS = 10 * 365 * 86_400.0
 MAX_LIST_LIMIT = 1_000_000  #: one page of a listing
 MAX_OFFSET = INT64_MAX
 MAX_BATCH = 100_000  #: ids in one call (heartbeat, mark_dispatched, queue)
@@ -116,6 +122,11 @@ def check_number(field: str, value: object, low: float, high: float) -> float:
     if not low <= number <= high:
         raise BoundsError(field, f"must be between {low:g} and {high:g}", describe(value))
     return number
+
+
+def check_job_name(job_name: object) -> str:
+    """A recoverable job's name: a short non-empty string (it keys the one-active-run rule)."""
+    return check_text("job_name", job_name, MAX_JOB_NAME_LENGTH)
 
 
 def json_depth_exceeds(value: object, max_depth: int) -> bool:

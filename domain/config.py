@@ -6,6 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from planq.domain.bounds import MAX_DURATION_SECONDS
 from planq.domain.errors import ConfigurationError
 
 #: The engine's defaults: the one home of each (PLANQ_* settings read them from here).
@@ -26,10 +27,8 @@ DEFAULT_STUCK_CHECK_INTERVAL = 30.0
 #: A derived heartbeat interval leaves this many beats inside one job_timeout.
 HEARTBEATS_PER_TIMEOUT = 3
 
-#: Upper bounds. A duration is added to and subtracted from datetimes (`now - job_ttl`,
-#: `now + dispatch_grace`) and waited on by threads: ten years is far inside what
-#: datetime, timedelta and `threading.TIMEOUT_MAX` hold, and far above any useful value.
-MAX_DURATION = 10 * 365 * 24 * 3600.0
+#: Upper bounds. A duration's is the library's one (domain/bounds.py): ten years.
+MAX_DURATION = MAX_DURATION_SECONDS
 MAX_WORKERS = 1024  #: threads or processes one worker runs jobs on
 MAX_ATTEMPTS = 100  #: tries of one phase, the first included
 MAX_DISPATCHES = 1000  #: publishes of one unclaimed row before it fails "never picked up"

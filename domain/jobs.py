@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -17,6 +18,7 @@ from planq.domain.bounds import (
     MIN_SCHEMA_VERSION,
     check_int,
     check_json_text,
+    check_json_value,
     check_number,
     check_optional_text,
     check_text,
@@ -88,10 +90,31 @@ def check_progress(progress: object) -> float | None:
     return None if progress is None else check_number("progress", progress, 0.0, 1.0)
 
 
+class CheckpointJson(str):
+    """A checkpoint as `serialise_checkpoint` wrote it: already strict, bounded JSON.
+
+    Built only there. The store's check_checkpoint_json takes it as it is instead of
+    parsing the text it was just serialised to: a checkpoint is validated once per write.
+    """
+
+    __slots__ = ()
+
+
+def serialise_checkpoint(state: Mapping[str, Any], field: str = "checkpoint") -> CheckpointJson:
+    """State as checkpoint JSON: strict, at most MAX_CHECKPOINT_BYTES, nested at most 64 deep."""
+    return CheckpointJson(check_json_value(field, dict(state), MAX_CHECKPOINT_BYTES))
+
+
 def check_checkpoint_json(text: object) -> str | None:
-    """None, or strict JSON text of at most MAX_CHECKPOINT_BYTES, nested at most 64 deep."""
+    """None, or strict JSON text of at most MAX_CHECKPOINT_BYTES, nested at most 64 deep.
+
+    A CheckpointJson was checked when it was serialised: it comes back as a plain str,
+    unparsed. Any other text is parsed here.
+    """
     if text is None:
         return None
+    if type(text) is CheckpointJson:
+        return str(text)
     check_json_text("checkpoint_json", text, MAX_CHECKPOINT_BYTES)
     assert isinstance(text, str)
     return text

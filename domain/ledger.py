@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from planq.domain.availability import JOB_SWEEP, allowed_gap
-from planq.domain.bounds import ID_LENGTH, MAX_DURATION_SECONDS, check_number, check_text
+from planq.domain.bounds import MAX_DURATION_SECONDS, check_number
 from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL
 from planq.domain.errors import (
@@ -103,10 +103,7 @@ class JobLedger:
         One statement on PostgreSQL. None: another delivery owns it, it ended, it was
         cancelled before it started, or it is unknown.
         """
-        check_text("job_id", job_id, ID_LENGTH)
-        return self.jobs.claim(
-            job_id.upper(), worker_id, utcnow(), follow_plan=self.plans is not None
-        )
+        return self.jobs.claim(job_id, worker_id, utcnow(), follow_plan=self.plans is not None)
 
     def finish(
         self,
@@ -131,8 +128,7 @@ class JobLedger:
 
     def cancel(self, job_id: str) -> CancelOutcome:
         """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
-        job_id = check_text("job_id", job_id, ID_LENGTH).upper()
-        with self.jobs.transaction():
+        with self.jobs.transaction():  # the job store checks job_id, at its port
             outcome = self.jobs.cancel(job_id, utcnow())
             if outcome is CancelOutcome.cancelled:
                 job = self.jobs.get(job_id)
@@ -146,7 +142,6 @@ class JobLedger:
         What a node that does not run the job does with a revoke nobody recorded: one
         statement, and one node's compare-and-set wins.
         """
-        job_id = check_text("job_id", job_id, ID_LENGTH).upper()
         with self.jobs.transaction():
             if not self.jobs.cancel_queued(job_id, utcnow()):
                 return False

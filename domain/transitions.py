@@ -74,3 +74,11 @@ CLAIM = job_move(AsyncJobStatus.running)
 def finish_move(status: AsyncJobStatus) -> JobMove:
     """A worker ending the job it runs: running -> status (terminal)."""
     return job_move(status, from_status=AsyncJobStatus.running)
+
+
+#: A cancel of a job no worker holds yet: queued -> cancelled.
+CANCEL_QUEUED = job_move(AsyncJobStatus.cancelled, from_status=AsyncJobStatus.queued)
+#: The stuck sweep: running (heartbeat too old) -> failed.
+EXPIRE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.running)
+#: The relay giving up on a row no worker picked up: queued -> failed.
+UNDELIVERABLE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.queued)

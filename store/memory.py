@@ -14,32 +14,17 @@ from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.domain.transitions import (
+    CANCEL_QUEUED,
     CLAIM,
+    EXPIRE,
     PLAN_STATUS_FOR_JOB,
+    UNDELIVERABLE,
     JobMove,
     finish_move,
-    job_move,
     phase_queue_move,
 )
 from planq.store.availability import MemorySightings
-from planq.store.validation import (
-    check_batch_size,
-    check_checkpoint_json,
-    check_error_message,
-    check_fresh_jobs,
-    check_id,
-    check_ids,
-    check_job,
-    check_job_id,
-    check_list_limit,
-    check_page,
-    check_plan,
-    check_progress,
-    check_status,
-    check_worker_id,
-)
-
-_UNDELIVERABLE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.queued)
+from planq.store.checked import CheckedJobStore, CheckedPlanStore
 
 
 class _Shared:
@@ -68,7 +53,7 @@ class _Shared:
                 self.depth -= 1
 
 
-class InMemoryJobStore:
+class InMemoryJobStore(CheckedJobStore):
     """Thread-safe job ledger in a dict; stores copies so callers cannot alter rows."""
 
     def __init__(self, shared: _Shared | None = None) -> None:
@@ -87,13 +72,11 @@ class InMemoryJobStore:
         return self._shared.transaction()
 
     def _sorted(self, rows: Iterable[AsyncJob], limit: int | None) -> list[AsyncJob]:
-        check_list_limit(limit)
         out = sorted(rows, key=lambda j: (j.created_at, j.job_id))
         return [j.model_copy() for j in (out if limit is None else out[:limit])]
 
-    def add(self, job: AsyncJob) -> None:
+    def _add(self, job: AsyncJob) -> None:
         """Insert a new row; a duplicate id (or a second retry of one job) is refused."""
-        check_job(job)
         with self._shared.lock:
             if job.job_id in self._rows:
                 raise DuplicateJobError(job.job_id)
@@ -101,68 +84,65 @@ class InMemoryJobStore:
                 raise DuplicateJobError(job.job_id)
             self._rows[job.job_id] = job.model_copy()
 
-    def get(self, job_id: str) -> AsyncJob | None:
+    def _get(self, job_id: str) -> AsyncJob | None:
         """The row, or None."""
-        check_job_id(job_id)
         with self._shared.lock:
             row = self._rows.get(job_id.upper())
             return row.model_copy() if row else None
 
-    def update(self, job: AsyncJob) -> None:
+    def _update(self, job: AsyncJob) -> None:
         """Overwrite an existing row."""
-        check_job(job)
         with self._shared.lock:
             if job.job_id not in self._rows:
                 raise ValueError(f"no job with id {job.job_id!r} to update")
             self._rows[job.job_id] = job.model_copy()
 
-    def remove(self, job_id: str) -> bool:
+    def _remove(self, job_id: str) -> bool:
         """Delete a row."""
-        check_job_id(job_id)
         with self._shared.lock:
             return self._rows.pop(job_id.upper(), None) is not None
 
-    def list_by_status(self, status: AsyncJobStatus, limit: int | None = None) -> list[AsyncJob]:
+    def _list_by_status(self, status: AsyncJobStatus, limit: int | None) -> list[AsyncJob]:
         """Rows in one status, oldest first."""
-        check_status(status)
         with self._shared.lock:
             return self._sorted((j for j in self._rows.values() if j.status is status), limit)
 
-    def list_all(self, limit: int | None = None) -> list[AsyncJob]:
+    def _list_all(self, limit: int | None) -> list[AsyncJob]:
         """All rows, oldest first."""
         with self._shared.lock:
             return self._sorted(self._rows.values(), limit)
 
-    def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
+    def _list_by_plan(self, plan_id: str) -> list[AsyncJob]:
         """A plan's jobs, oldest first."""
-        check_id("plan_id", plan_id)
         with self._shared.lock:
             return self._sorted((j for j in self._rows.values() if j.plan_id == plan_id), None)
 
-    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
+    def _count(self, status: AsyncJobStatus | None, plan_id: str | None) -> int:
         """How many rows (in one status, of one plan)."""
-        if status is not None:
-            check_status(status)
         with self._shared.lock:
             return sum(1 for j in self._rows.values() if _wanted(j, status, plan_id))
 
-    def list_recent(
+    def _list_recent(
         self,
-        status: AsyncJobStatus | None = None,
-        plan_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
+        status: AsyncJobStatus | None,
+        plan_id: str | None,
+        limit: int,
+        offset: int,
     ) -> list[AsyncJob]:
         """One page of rows, newest first (job ids are ULIDs); filters as count()."""
-        check_page(limit, offset, plan_id)
-        if status is not None:
-            check_status(status)
         with self._shared.lock:
             rows = [j for j in self._rows.values() if _wanted(j, status, plan_id)]
         rows.sort(key=lambda j: j.job_id, reverse=True)
         return [j.model_copy() for j in rows[offset : offset + limit]]
 
     # -- worker operations (each atomic under the lock, like one SQL statement) --------
+    def _moved(self, row: AsyncJob | None, move: JobMove, **values: Any) -> bool:
+        """A job CAS of domain/transitions.py, as SQL runs it: whether row was in a source."""
+        if row is None or row.status not in move.sources:
+            return False
+        self._rows[row.job_id] = row.model_copy(update={"status": move.to, **values})
+        return True
+
     def _follow(self, job: AsyncJob, move: JobMove, now: datetime) -> Plan | None:
         """The plan CAS that goes with a job move; the plan as it now stands."""
         plans = self._shared.plans
@@ -176,9 +156,8 @@ class InMemoryJobStore:
             plans[plan.plan_id] = plan
         return plan.model_copy()
 
-    def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
+    def _queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """Every plan into its phase and every job row, all or nothing."""
-        check_fresh_jobs(jobs)
         with self._shared.lock:
             plans = self._shared.plans
             allowed = phase_queue_move(jobs[0].phase).sources
@@ -204,12 +183,10 @@ class InMemoryJobStore:
                 moved.append(new.model_copy())
             return moved
 
-    def claim(
-        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False
+    def _claim(
+        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool
     ) -> Claimed | None:
         """CAS queued -> running unless a cancel was requested; the plan with it."""
-        check_job_id(job_id)
-        check_worker_id(worker_id)
         with self._shared.lock:
             row = self._rows.get(job_id.upper())
             if row is None or row.status not in CLAIM.sources or row.cancel_requested_at:
@@ -226,23 +203,17 @@ class InMemoryJobStore:
             plan = self._follow(row, CLAIM, now) if follow_plan else None
             return Claimed(row.model_copy(), plan)
 
-    def finish(
+    def _finish(
         self,
         job_id: str,
         status: AsyncJobStatus,
         now: datetime,
-        error: str | None = None,
+        error: str | None,
         *,
-        worker_id: str | None = None,
-        follow_plan: bool = False,
+        worker_id: str | None,
+        follow_plan: bool,
     ) -> bool:
         """CAS running (under worker_id, if given) -> terminal; the plan with it."""
-        check_job_id(job_id)
-        check_status(status)
-        check_error_message(error)
-        check_worker_id(worker_id, optional=True)
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"finish needs a terminal status, got {status.value}")
         move = finish_move(status)
         with self._shared.lock:
             row = self._rows.get(job_id)
@@ -259,27 +230,16 @@ class InMemoryJobStore:
                 self._follow(row, move, now)
             return True
 
-    def cancel_queued(self, job_id: str, now: datetime) -> bool:
+    def _cancel_queued(self, job_id: str, now: datetime) -> bool:
         """Cancel a queued job only; whether this call ended it."""
-        check_job_id(job_id)
         with self._shared.lock:
             row = self._rows.get(job_id.upper())
-            if row is None or row.status is not AsyncJobStatus.queued:
-                return False
-            self._rows[row.job_id] = row.model_copy(
-                update={
-                    "status": AsyncJobStatus.cancelled,
-                    "finished_at": now,
-                    "cancel_requested_at": now,
-                }
-            )
-            return True
+            return self._moved(row, CANCEL_QUEUED, finished_at=now, cancel_requested_at=now)
 
-    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
+    def _cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """Cancel queued at once; record the request on running."""
-        check_job_id(job_id)
         with self._shared.lock:
-            if self.cancel_queued(job_id, now):
+            if self._cancel_queued(job_id, now):
                 return CancelOutcome.cancelled
             row = self._rows.get(job_id.upper())
             if row is None:
@@ -297,12 +257,8 @@ class InMemoryJobStore:
             return None
         return row if worker_id is None or row.worker_id == worker_id else None
 
-    def heartbeat(
-        self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
-    ) -> set[str]:
+    def _heartbeat(self, job_ids: Iterable[str], now: datetime, worker_id: str | None) -> set[str]:
         """Stamp running rows; the ids to stop (cancel requested, or no longer ours)."""
-        job_ids = check_ids("job_ids", job_ids)
-        check_worker_id(worker_id, optional=True)
         stop: set[str] = set()
         with self._shared.lock:
             for job_id in job_ids:
@@ -316,18 +272,14 @@ class InMemoryJobStore:
                     stop.add(job_id)
         return stop
 
-    def save_progress(
+    def _save_progress(
         self,
         job_id: str,
         progress: float | None,
         checkpoint_json: str | None,
-        worker_id: str | None = None,
+        worker_id: str | None,
     ) -> bool:
         """Record progress/checkpoint on a running row (under worker_id, if given)."""
-        check_job_id(job_id)
-        check_progress(progress)
-        check_checkpoint_json(checkpoint_json)
-        check_worker_id(worker_id, optional=True)
         with self._shared.lock:
             row = self._owned(job_id, worker_id)
             if row is None:
@@ -338,8 +290,8 @@ class InMemoryJobStore:
             self._rows[job_id] = row.model_copy(update=update)
             return True
 
-    def sight_ledger(
-        self, sweep: str, max_gap: float, recovered_ago: float | None = None
+    def _sight_ledger(
+        self, sweep: str, max_gap: float, recovered_ago: float | None
     ) -> Availability:
         """Record a sweep's sighting (no server to restart: its own process's clock)."""
         return self._sightings.sight(sweep, max_gap, recovered_ago)
@@ -349,42 +301,29 @@ class InMemoryJobStore:
             row.last_heartbeat is None or row.last_heartbeat < cutoff
         )
 
-    def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+    def _list_stuck(self, cutoff: datetime, limit: int) -> list[AsyncJob]:
         """Running rows with a heartbeat older than cutoff."""
         with self._shared.lock:
             return self._sorted(
                 (j for j in self._rows.values() if self._is_stuck(j, cutoff)), limit
             )
 
-    def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
+    def _expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
         """CAS stuck running -> failed."""
-        check_job_id(job_id)
-        check_error_message(error)
         with self._shared.lock:
             row = self._rows.get(job_id)
             if row is None or not self._is_stuck(row, cutoff):
                 return False
-            self._rows[job_id] = row.model_copy(
-                update={"status": AsyncJobStatus.failed, "finished_at": now, "error_message": error}
-            )
-            return True
+            return self._moved(row, EXPIRE, finished_at=now, error_message=error)
 
-    def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
+    def _fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
         """CAS queued -> failed."""
-        check_job_id(job_id)
-        check_error_message(error)
         with self._shared.lock:
             row = self._rows.get(job_id)
-            if row is None or row.status not in _UNDELIVERABLE.sources:
-                return False
-            self._rows[job_id] = row.model_copy(
-                update={"status": _UNDELIVERABLE.to, "finished_at": now, "error_message": error}
-            )
-            return True
+            return self._moved(row, UNDELIVERABLE, finished_at=now, error_message=error)
 
-    def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+    def _delete_terminal_before(self, cutoff: datetime, batch_size: int) -> int:
         """Delete old terminal rows."""
-        check_batch_size(batch_size)
         with self._shared.lock:
             doomed = [
                 j.job_id
@@ -395,9 +334,8 @@ class InMemoryJobStore:
                 del self._rows[job_id]
             return len(doomed)
 
-    def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
+    def _mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
         """Stamp live rows as published; how many."""
-        job_ids = check_ids("job_ids", job_ids)
         stamped = 0
         with self._shared.lock:
             for job_id in job_ids:
@@ -410,8 +348,8 @@ class InMemoryJobStore:
                 stamped += 1
         return stamped
 
-    def list_dispatch_due(
-        self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
+    def _list_dispatch_due(
+        self, never_sent_before: datetime, resent_before: datetime, limit: int
     ) -> list[AsyncJob]:
         """Queued rows never published, or whose message may be lost."""
         with self._shared.lock:
@@ -428,7 +366,7 @@ class InMemoryJobStore:
             return self._sorted(due, limit)
 
 
-class InMemoryPlanStore:
+class InMemoryPlanStore(CheckedPlanStore):
     """Plans in a dict, with the optimistic version check the SQL store does."""
 
     def __init__(self, shared: _Shared | None = None) -> None:
@@ -446,25 +384,21 @@ class InMemoryPlanStore:
         """Hold the shared lock; on an exception the rows are restored."""
         return self._shared.transaction()
 
-    def add(self, plan: Plan) -> None:
+    def _add(self, plan: Plan) -> None:
         """Insert a new plan."""
-        check_plan(plan)
         with self._shared.lock:
             if plan.plan_id in self._rows:
                 raise ValueError(f"plan {plan.plan_id!r} already exists")
             self._rows[plan.plan_id] = plan.model_copy()
 
-    def get(self, plan_id: str) -> Plan | None:
+    def _get(self, plan_id: str) -> Plan | None:
         """The plan, or None."""
-        if isinstance(plan_id, str):
-            check_id("plan_id", plan_id)
         with self._shared.lock:
-            row = self._rows.get(plan_id.upper()) if isinstance(plan_id, str) else None
+            row = self._rows.get(plan_id.upper())
             return row.model_copy() if row else None
 
-    def update(self, plan: Plan) -> None:
+    def _update(self, plan: Plan) -> None:
         """Save; ConcurrentUpdateError if the stored version moved on."""
-        check_plan(plan)
         with self._shared.lock:
             row = self._rows.get(plan.plan_id)
             if row is None:
@@ -474,16 +408,14 @@ class InMemoryPlanStore:
             plan.version += 1
             self._rows[plan.plan_id] = plan.model_copy()
 
-    def list_all(self, limit: int | None = None) -> list[Plan]:
+    def _list_all(self, limit: int | None) -> list[Plan]:
         """Plans, oldest first."""
-        check_list_limit(limit)
         with self._shared.lock:
             out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
             return [p.model_copy() for p in (out if limit is None else out[:limit])]
 
-    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
+    def _list_recent(self, limit: int, offset: int) -> list[Plan]:
         """One page of plans, newest first."""
-        check_page(limit, offset)
         with self._shared.lock:
             out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
         out.reverse()
@@ -494,9 +426,8 @@ class InMemoryPlanStore:
         with self._shared.lock:
             return len(self._rows)
 
-    def remove(self, plan_id: str) -> bool:
+    def _remove(self, plan_id: str) -> bool:
         """Delete a plan."""
-        check_id("plan_id", plan_id)
         with self._shared.lock:
             return self._rows.pop(plan_id.upper(), None) is not None
 

@@ -4,55 +4,31 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 from planq.domain.availability import RUN_SWEEP, stale_sweep_gap
 from planq.domain.clock import utcnow
 from planq.domain.errors import RunNotActiveError, RunNotFoundError
 from planq.domain.ids import new_id
-from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
+from planq.domain.outage import OutageMonitor
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs.checks import (
     SERVER_RESTART_ERROR,
     SWEEP_ERROR,
-    check_cursor,
-    check_delta,
-    check_job_name,
-    check_leases,
-    check_limit,
-    check_owner,
-    check_param,
     check_params_size,
-    check_progress_kind,
-    check_run_id,
     check_scanned_total,
-    check_total,
-    clean_error,
     params_to_json,
-    purge_cutoff,
-    stale_cutoff,
 )
-from planq.domain.runs.findings import (
-    Finding,
-    Severity,
-    check_kind,
-    check_resource_id,
-    check_severity,
-    detail_from_json,
-    detail_to_json,
-    present_severity_counts,
-)
+from planq.domain.runs.findings import Finding, detail_from_json, present_severity_counts
 from planq.domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
-from planq.domain.runs.progress import ProgressKind
 from planq.domain.runs.status import RunStatus
 from planq.domain.runs.summary import RunSummary, build_summary
 from planq.domain.runs.sweep import SweepResult
 from planq.store.availability import MemorySightings
-from planq.store.runs_bound import BoundRun, Clock
+from planq.store.runs_bound import Clock
+from planq.store.runs_checked import CheckedRunStore, CheckedRunStoreProvider
 
 
 @dataclass
@@ -106,7 +82,7 @@ class _Tables:
         self.findings: dict[str, list[tuple[Finding, str]]] = {}  #: run id -> (finding, JSON)
 
 
-class InMemoryRunStore(BoundRun):
+class InMemoryRunStore(CheckedRunStore):
     """One run's store in memory, under one lease (the same fencing as the SQL store)."""
 
     def __init__(
@@ -142,10 +118,8 @@ class InMemoryRunStore(BoundRun):
         with self._tables.lock:
             return self._row().status
 
-    def checkpoint(self, cursor: bytes, delta_count: int) -> None:
+    def _checkpoint(self, cursor: bytes, delta_count: int) -> None:
         """Save the cursor, add to scanned_count, bump the heartbeat (active runs only)."""
-        check_cursor(cursor)
-        check_delta(delta_count)
         with self._tables.lock:
             row = self._active_row()
             check_scanned_total(row.scanned_count, delta_count)
@@ -153,55 +127,33 @@ class InMemoryRunStore(BoundRun):
             row.scanned_count += delta_count
             row.last_progress_at = self._clock()
 
-    def set_string_param(self, key: str, value: str) -> None:
-        """Store a per-run config value."""
-        check_param(key, value)
-        value = self.redactor(value)
+    def _set_string_param(self, key: str, value: str) -> None:
+        """Store a per-run config value (checked and redacted)."""
         with self._tables.lock:
             row = self._active_row()
             check_params_size(params_to_json({**row.params, key: value}))
             row.params[key] = value
 
-    def get_string_param(self, key: str) -> str | None:
+    def _get_string_param(self, key: str) -> str | None:
         """A per-run config value, or None."""
-        check_param(key)
         with self._tables.lock:
             row = self._tables.runs.get(self._run_id)
             return None if row is None else row.params.get(key)
 
-    def record_finding(
-        self,
-        kind: str,
-        severity: Severity | str,
-        resource_id: UUID | str | None,
-        detail: dict[str, Any] | None,
-    ) -> Finding:
+    def _record_finding(self, finding: Finding, detail_json: str) -> None:
         """Store a finding and bump finding_count atomically."""
-        detail_json = detail_to_json(detail, self.redactor)
-        finding = Finding(
-            id=new_id(),
-            run_id=self._run_id,
-            kind=check_kind(kind),
-            severity=check_severity(severity),
-            resource_id=check_resource_id(resource_id),
-            detail=detail_from_json(detail_json),  # a JSON copy, as SQL hands back
-            created_at=self._clock(),
-        )
         with self._tables.lock:
             self._active_row().finding_count += 1
             self._tables.findings.setdefault(self._run_id, []).append((finding, detail_json))
-        return finding
 
-    def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
+    def _seed_progress_params(self, total: int | None, kind: str) -> None:
         """Record the start-time total and its kind."""
-        check_total(total)
-        check_progress_kind(kind)
         with self._tables.lock:
             if self._tables.runs.get(self._run_id) is None:
                 return
             row = self._row()
             row.progress_total = total
-            row.progress_kind = ProgressKind(kind).value
+            row.progress_kind = kind
 
     def _finish(self, status: RunStatus, **values: Any) -> bool:
         """CAS active -> status under this lease; RunFencedError when the lease is gone."""
@@ -221,27 +173,27 @@ class InMemoryRunStore(BoundRun):
         now = self._clock()
         return self._finish(RunStatus.Completed, completed_at=now, last_progress_at=now)
 
-    def mark_paused(self, cursor: bytes | None, error_message: str | None = None) -> bool:
+    def _mark_paused(self, cursor: bytes | None, error_message: str | None) -> bool:
         """Active -> Paused at cursor (None: keep the last checkpoint), with an optional error."""
         values: dict[str, Any] = {"last_progress_at": self._clock()}
         if cursor is not None:
-            values["cursor"] = check_cursor(cursor)
+            values["cursor"] = cursor
         if error_message is not None:
-            values["error_message"] = clean_error(error_message, self.redactor)
+            values["error_message"] = error_message
         return self._finish(RunStatus.Paused, **values)
 
-    def mark_failed(self, message: str) -> bool:
+    def _mark_failed(self, error_message: str) -> bool:
         """Active -> Failed with a redacted message."""
         now = self._clock()
         return self._finish(
             RunStatus.Failed,
             completed_at=now,
             last_progress_at=now,
-            error_message=clean_error(message, self.redactor),
+            error_message=error_message,
         )
 
 
-class InMemoryRunStoreProvider:
+class InMemoryRunStoreProvider(CheckedRunStoreProvider):
     """Every run in memory; thread-safe, one lock for all operations."""
 
     def __init__(
@@ -250,22 +202,17 @@ class InMemoryRunStoreProvider:
         outages: OutageMonitor | None = None,
         redactor: Redactor = BUILTIN,
     ) -> None:
+        super().__init__(clock, outages, redactor)
         self._tables = _Tables()
-        self._clock = clock
         self._sightings = MemorySightings()
-        #: this process's outage monitor: its recent outages hold the stale sweep off too
-        self.outages = PROCESS_OUTAGES if outages is None else outages
-        self.redactor = redactor
 
     def _bind(self, row: _Run) -> InMemoryRunStore:
         return InMemoryRunStore(
             self._tables, row.id, row.started_at, self._clock, row.lease_epoch, self.redactor
         )
 
-    def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
+    def _open_or_start(self, job_name: str, owner: str | None) -> OpenResult:
         """Start, resume the Paused run, or report the active one."""
-        check_job_name(job_name)
-        check_owner(owner)
         now = self._clock()
         with self._tables.lock:
             current = next(
@@ -291,16 +238,14 @@ class InMemoryRunStoreProvider:
             current.lease_epoch += 1  # the new lease: the previous holder is fenced out
             return Resumed(self._bind(current), current.cursor or b"")
 
-    def boot_recovery_sweep(
-        self, owner: str | None = None, stale_after: float | None = None
+    def _boot_recovery_sweep(
+        self, owner: str | None, stale_after: float | None, cutoff: datetime | None
     ) -> SweepResult:
         """Pause every active run, or (fleet-safe) this owner's and the stale ones.
 
         Stale counts only once the ledger has been available for stale_after (the sweep's
         sighting; domain/availability.py), as on SQL.
         """
-        check_owner(owner)
-        cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
         everything = owner is None and cutoff is None
         if stale_after and not self._available_for(stale_after):
             if owner is None:
@@ -330,9 +275,8 @@ class InMemoryRunStoreProvider:
         )
         return seen.available_for(stale_after)
 
-    def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
+    def _heartbeat_runs(self, leases: dict[str, int]) -> set[str]:
         """Stamp heartbeat_at of the active runs still held under these leases; their ids."""
-        leases = check_leases(leases)
         now = self._clock()
         held: set[str] = set()
         with self._tables.lock:
@@ -343,11 +287,8 @@ class InMemoryRunStoreProvider:
                     held.add(run_id)
         return held
 
-    def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
+    def _list_runs(self, job_name: str | None, limit: int) -> list[RunSummary]:
         """Runs, newest first."""
-        check_limit(limit)
-        if job_name is not None:
-            check_job_name(job_name)
         with self._tables.lock:
             rows = [
                 r for r in self._tables.runs.values() if job_name is None or r.job_name == job_name
@@ -355,24 +296,20 @@ class InMemoryRunStoreProvider:
             rows.sort(key=lambda r: (r.started_at, r.id), reverse=True)
             return [r.summary() for r in rows[:limit]]
 
-    def count_runs(self, job_name: str | None = None) -> int:
+    def _count_runs(self, job_name: str | None) -> int:
         """Runs (of one job name), with list_runs' filter."""
-        if job_name is not None:
-            check_job_name(job_name)
         with self._tables.lock:
             runs = self._tables.runs.values()
             return sum(1 for r in runs if job_name is None or r.job_name == job_name)
 
-    def get_run_by_id(self, run_id: str | UUID) -> RunSummary | None:
+    def _get_run_by_id(self, run_id: str) -> RunSummary | None:
         """One run, or None."""
-        run_id = check_run_id(run_id)
         with self._tables.lock:
             row = self._tables.runs.get(run_id)
             return row.summary() if row is not None else None
 
-    def request_cancel(self, job_name: str) -> str | None:
+    def _request_cancel(self, job_name: str) -> str | None:
         """Running -> CancelRequested."""
-        check_job_name(job_name)
         with self._tables.lock:
             for row in self._tables.runs.values():
                 if row.job_name == job_name and row.status is RunStatus.Running:
@@ -380,10 +317,8 @@ class InMemoryRunStoreProvider:
                     return row.id
         return None
 
-    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
+    def _list_findings(self, run_id: str, limit: int, offset: int) -> list[Finding]:
         """One page of a run's findings, in the order recorded."""
-        run_id = check_run_id(run_id)
-        check_limit(limit, offset)
         with self._tables.lock:
             found = sorted(
                 self._tables.findings.get(run_id, []), key=lambda f: (f[0].created_at, f[0].id)
@@ -391,18 +326,16 @@ class InMemoryRunStoreProvider:
         page = found[offset:][:limit]
         return [dataclasses.replace(f, detail=detail_from_json(js)) for f, js in page]
 
-    def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
+    def _finding_severity_counts(self, run_id: str) -> dict[str, int]:
         """Findings per severity present, worst first."""
-        run_id = check_run_id(run_id)
         counts: dict[str, int] = {}
         with self._tables.lock:
             for finding, _ in self._tables.findings.get(run_id, []):
                 counts[finding.severity.value] = counts.get(finding.severity.value, 0) + 1
         return present_severity_counts(counts)
 
-    def purge_terminal_runs(self, retention_days: float) -> int:
+    def _purge_terminal_runs(self, cutoff: datetime) -> int:
         """Delete old Completed/Failed runs with their findings."""
-        cutoff = purge_cutoff(self._clock(), retention_days)
         with self._tables.lock:
             doomed = [
                 r.id

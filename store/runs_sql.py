@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
-from uuid import UUID
 
 from sqlalchemy import and_, delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -20,41 +18,18 @@ from planq.domain.errors import (
     RunNotFoundError,
 )
 from planq.domain.ids import new_id
-from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
+from planq.domain.outage import OutageMonitor
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs.checks import (
     SERVER_RESTART_ERROR,
     SWEEP_ERROR,
-    check_cursor,
-    check_delta,
-    check_job_name,
-    check_leases,
-    check_limit,
-    check_owner,
-    check_param,
     check_params_size,
-    check_progress_kind,
-    check_run_id,
     check_scanned_total,
-    check_total,
-    clean_error,
     params_from_json,
     params_to_json,
-    purge_cutoff,
-    stale_cutoff,
 )
-from planq.domain.runs.findings import (
-    Finding,
-    Severity,
-    check_kind,
-    check_resource_id,
-    check_severity,
-    detail_from_json,
-    detail_to_json,
-    present_severity_counts,
-)
+from planq.domain.runs.findings import Finding, Severity, detail_from_json, present_severity_counts
 from planq.domain.runs.ports import AlreadyActive, Fresh, OpenResult, Resumed
-from planq.domain.runs.progress import ProgressKind
 from planq.domain.runs.status import (
     ACTIVE_RUN_STATUSES,
     NON_TERMINAL_RUN_STATUSES,
@@ -66,7 +41,8 @@ from planq.domain.runs.sweep import SweepResult
 from planq.store.availability import sight_ledger
 from planq.store.database import Database
 from planq.store.models import RecoverableRunModel, RunFindingModel
-from planq.store.runs_bound import BoundRun, Clock
+from planq.store.runs_bound import Clock
+from planq.store.runs_checked import CheckedRunStore, CheckedRunStoreProvider
 
 R = RecoverableRunModel
 F = RunFindingModel
@@ -118,7 +94,7 @@ def _rowcount(result: Any) -> int:
     return int(result.rowcount)
 
 
-class SqlRunStore(BoundRun):
+class SqlRunStore(CheckedRunStore):
     """One run's store: what its handler (and the engine) may write to that row.
 
     Every write is fenced: its WHERE carries the run id AND this store's lease epoch (and,
@@ -188,10 +164,8 @@ class SqlRunStore(BoundRun):
             raise refused
         return False
 
-    def checkpoint(self, cursor: bytes, delta_count: int) -> None:
+    def _checkpoint(self, cursor: bytes, delta_count: int) -> None:
         """CHECKPOINT: one fenced UPDATE of cursor, scanned_count and last progress."""
-        check_cursor(cursor)
-        check_delta(delta_count)
         self._check_held()
         room = and_(R.scanned_count <= INT64_MAX - delta_count)  # the int64 count never wraps
         stmt = (
@@ -211,10 +185,8 @@ class SqlRunStore(BoundRun):
             check_scanned_total(int(current), delta_count)
         raise self._refused()
 
-    def set_string_param(self, key: str, value: str) -> None:
-        """PARAM SET: read-modify-write of params_json under a row lock."""
-        check_param(key, value)
-        value = self.redactor(value)
+    def _set_string_param(self, key: str, value: str) -> None:
+        """PARAM SET: read-modify-write of params_json under a row lock (value redacted)."""
         self._check_held()
         with self.db.session() as s:
             stored = s.scalar(
@@ -233,31 +205,14 @@ class SqlRunStore(BoundRun):
                 .values(params_json=params_to_json(params))
             )
 
-    def get_string_param(self, key: str) -> str | None:
+    def _get_string_param(self, key: str) -> str | None:
         """PARAM GET: SELECT params_json."""
-        check_param(key)
         with self.db.session() as s:
             stored = s.scalar(select(R.params_json).where(R.id == self._run_id))
         return params_from_json(stored).get(key)
 
-    def record_finding(
-        self,
-        kind: str,
-        severity: Severity | str,
-        resource_id: UUID | str | None,
-        detail: dict[str, Any] | None,
-    ) -> Finding:
+    def _record_finding(self, finding: Finding, detail_json: str) -> None:
         """FINDING: fenced UPDATE finding_count (locks the run, proves it ours), then INSERT."""
-        detail_json = detail_to_json(detail, self.redactor)
-        finding = Finding(
-            id=new_id(),
-            run_id=self._run_id,
-            kind=check_kind(kind),
-            severity=check_severity(severity),
-            resource_id=check_resource_id(resource_id),
-            detail=detail_from_json(detail_json),
-            created_at=self._clock(),
-        )
         self._check_held()
         with self.db.session() as s:
             bumped = s.execute(
@@ -278,18 +233,13 @@ class SqlRunStore(BoundRun):
                     created_at=finding.created_at,
                 )
             )
-        return finding
 
-    def seed_progress_params(self, total: int | None, kind: ProgressKind) -> None:
+    def _seed_progress_params(self, total: int | None, kind: str) -> None:
         """SEED: fenced UPDATE of progress_total and progress_kind."""
-        check_total(total)
-        check_progress_kind(kind)
         self._check_held()
         with self.db.session() as s:
             seeded = s.execute(
-                update(R)
-                .where(self._held())
-                .values(progress_total=total, progress_kind=ProgressKind(kind).value)
+                update(R).where(self._held()).values(progress_total=total, progress_kind=kind)
             )
         if not _rowcount(seeded):
             refused = self._refused()
@@ -301,30 +251,30 @@ class SqlRunStore(BoundRun):
         now = self._clock()
         return self._final(status=RunStatus.Completed.value, completed_at=now, last_progress_at=now)
 
-    def mark_paused(self, cursor: bytes | None, error_message: str | None = None) -> bool:
+    def _mark_paused(self, cursor: bytes | None, error_message: str | None) -> bool:
         """PAUSE: CAS active -> Paused at cursor (None: the last checkpoint stays)."""
         values: dict[str, Any] = {
             "status": RunStatus.Paused.value,
             "last_progress_at": self._clock(),
         }
         if cursor is not None:
-            values["cursor"] = check_cursor(cursor)
+            values["cursor"] = cursor
         if error_message is not None:
-            values["error_message"] = clean_error(error_message, self.redactor)
+            values["error_message"] = error_message
         return self._final(**values)
 
-    def mark_failed(self, message: str) -> bool:
+    def _mark_failed(self, error_message: str) -> bool:
         """FAIL: CAS active -> Failed with a redacted, bounded message."""
         now = self._clock()
         return self._final(
             status=RunStatus.Failed.value,
             completed_at=now,
             last_progress_at=now,
-            error_message=clean_error(message, self.redactor),
+            error_message=error_message,
         )
 
 
-class SqlRunStoreProvider:
+class SqlRunStoreProvider(CheckedRunStoreProvider):
     """Every run on one Database (SQLite or PostgreSQL); joins the ambient transaction."""
 
     def __init__(
@@ -334,20 +284,14 @@ class SqlRunStoreProvider:
         outages: OutageMonitor | None = None,
         redactor: Redactor = BUILTIN,
     ) -> None:
+        super().__init__(clock, outages, redactor)
         self.db = database
-        self._clock = clock
-        #: this process's outage monitor: its recent outages hold the stale sweep off too
-        self.outages = PROCESS_OUTAGES if outages is None else outages
-        #: Every run error, finding detail and param written through this provider's stores.
-        self.redactor = redactor
 
     def _bind(self, run_id: str, started_at: datetime, epoch: int) -> SqlRunStore:
         return SqlRunStore(self.db, run_id, started_at, self._clock, epoch, self.redactor)
 
-    def open_or_start(self, job_name: str, owner: str | None = None) -> OpenResult:
+    def _open_or_start(self, job_name: str, owner: str | None) -> OpenResult:
         """OPEN: read the non-terminal run, then resume it, report it, or insert a new one."""
-        check_job_name(job_name)
-        check_owner(owner)
         for _ in range(_OPEN_ATTEMPTS):
             opened = self._try_open(job_name, owner)
             if opened is not None:
@@ -414,8 +358,8 @@ class SqlRunStoreProvider:
             "heartbeat_at": now,
         }
 
-    def boot_recovery_sweep(
-        self, owner: str | None = None, stale_after: float | None = None
+    def _boot_recovery_sweep(
+        self, owner: str | None, stale_after: float | None, cutoff: datetime | None
     ) -> SweepResult:
         """SWEEP: one UPDATE … RETURNING: every active run, or this owner's and the stale ones.
 
@@ -424,8 +368,6 @@ class SqlRunStoreProvider:
         not reach the ledger is not swept; domain/availability.py). The lease epoch is
         bumped: whoever held a swept run can no longer write to it.
         """
-        check_owner(owner)
-        cutoff = None if stale_after is None else stale_cutoff(self._clock(), stale_after)
         with self.db.session() as s:
             if stale_after and not self._available_for(stale_after):
                 if owner is None:
@@ -453,9 +395,9 @@ class SqlRunStoreProvider:
         )
         return seen.available_for(stale_after)
 
-    def heartbeat_runs(self, leases: Mapping[str, int]) -> set[str]:
+    def _heartbeat_runs(self, leases: dict[str, int]) -> set[str]:
         """HEARTBEAT: one UPDATE … WHERE (id, lease_epoch) pairs AND active … RETURNING id."""
-        items = list(check_leases(leases).items())
+        items = list(leases.items())
         if not items:
             return set()
         now = self._clock()
@@ -475,45 +417,41 @@ class SqlRunStoreProvider:
                 held.update(s.scalars(stmt))
         return held
 
-    def list_runs(self, job_name: str | None = None, limit: int = 20) -> list[RunSummary]:
+    def _list_runs(self, job_name: str | None, limit: int) -> list[RunSummary]:
         """LIST: newest first."""
-        check_limit(limit)
         stmt = select(R).order_by(R.started_at.desc(), R.id.desc()).limit(limit)
         if job_name is not None:
-            stmt = stmt.where(R.job_name == check_job_name(job_name))
+            stmt = stmt.where(R.job_name == job_name)
         with self.db.session() as s:
             return [to_summary(row) for row in s.scalars(stmt)]
 
-    def count_runs(self, job_name: str | None = None) -> int:
+    def _count_runs(self, job_name: str | None) -> int:
         """COUNT: runs (of one job name), with list_runs' filter."""
         stmt = select(func.count()).select_from(R)
         if job_name is not None:
-            stmt = stmt.where(R.job_name == check_job_name(job_name))
+            stmt = stmt.where(R.job_name == job_name)
         with self.db.session() as s:
             return int(s.scalar(stmt) or 0)
 
-    def get_run_by_id(self, run_id: str | UUID) -> RunSummary | None:
+    def _get_run_by_id(self, run_id: str) -> RunSummary | None:
         """GET: one run by id."""
-        run_id = check_run_id(run_id)
         with self.db.session() as s:
             row = s.get(R, run_id)
             return to_summary(row) if row is not None else None
 
-    def request_cancel(self, job_name: str) -> str | None:
+    def _request_cancel(self, job_name: str) -> str | None:
         """CANCEL: CAS Running -> CancelRequested … RETURNING id."""
         stmt = (
             update(R)
-            .where(R.job_name == check_job_name(job_name), R.status == RunStatus.Running.value)
+            .where(R.job_name == job_name, R.status == RunStatus.Running.value)
             .values(status=RunStatus.CancelRequested.value)
             .returning(R.id)
         )
         with self.db.session() as s:
             return s.scalars(stmt).first()
 
-    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
+    def _list_findings(self, run_id: str, limit: int, offset: int) -> list[Finding]:
         """FINDINGS: one page, in the order recorded."""
-        run_id = check_run_id(run_id)
-        check_limit(limit, offset)
         stmt = (
             select(F)
             .where(F.run_id == run_id)
@@ -524,17 +462,15 @@ class SqlRunStoreProvider:
         with self.db.session() as s:
             return [to_finding(row) for row in s.scalars(stmt)]
 
-    def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
+    def _finding_severity_counts(self, run_id: str) -> dict[str, int]:
         """COUNTS: SELECT severity, count(*) … GROUP BY severity (the severities present)."""
-        run_id = check_run_id(run_id)
         stmt = select(F.severity, func.count()).where(F.run_id == run_id).group_by(F.severity)
         with self.db.session() as s:
             counts = {str(severity): int(count) for severity, count in s.execute(stmt)}
         return present_severity_counts(counts)
 
-    def purge_terminal_runs(self, retention_days: float) -> int:
+    def _purge_terminal_runs(self, cutoff: datetime) -> int:
         """PURGE: delete old terminal runs and their findings, batch by batch (short locks)."""
-        cutoff = purge_cutoff(self._clock(), retention_days)
         total = 0
         while True:
             with self.db.session() as s:

@@ -14,8 +14,9 @@ from planq.domain.errors import DuplicateJobError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
-from planq.domain.transitions import job_move
+from planq.domain.transitions import CANCEL_QUEUED, EXPIRE, UNDELIVERABLE
 from planq.store.availability import sight_ledger
+from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
 from planq.store.models import AsyncJobModel
 from planq.store.sql_hot_path import (
@@ -25,21 +26,6 @@ from planq.store.sql_hot_path import (
     sqlite_claim,
     sqlite_finish,
     sqlite_queue,
-)
-from planq.store.validation import (
-    check_batch_size,
-    check_checkpoint_json,
-    check_error_message,
-    check_fresh_jobs,
-    check_id,
-    check_ids,
-    check_job,
-    check_job_id,
-    check_list_limit,
-    check_page,
-    check_progress,
-    check_status,
-    check_worker_id,
 )
 
 
@@ -55,8 +41,6 @@ J = AsyncJobModel
 _TERMINAL = [s.value for s in TERMINAL_STATUSES]
 _LIVE = [s.value for s in AsyncJobStatus if s not in TERMINAL_STATUSES]
 _QUEUED, _RUNNING = AsyncJobStatus.queued.value, AsyncJobStatus.running.value
-_EXPIRE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.running)
-_UNDELIVERABLE = job_move(AsyncJobStatus.failed, from_status=AsyncJobStatus.queued)
 _FIELDS = [c.key for c in J.__table__.columns]
 _IN_CLAUSE_BATCH = 500
 
@@ -74,7 +58,7 @@ def to_values(job: AsyncJob) -> dict[str, Any]:
     return {name: data[name] for name in _FIELDS}
 
 
-class SqlJobStore:
+class SqlJobStore(CheckedJobStore):
     """SQLAlchemy 2.0 job ledger for SQLite and PostgreSQL."""
 
     def __init__(self, database: Database) -> None:
@@ -90,15 +74,13 @@ class SqlJobStore:
         return self.db.transaction()
 
     def _select(self, *where: Any, limit: int | None = None) -> list[AsyncJob]:
-        check_list_limit(limit)
         stmt = select(J).where(*where).order_by(J.created_at, J.job_id).limit(limit)
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
 
     # -- plain CRUD ------------------------------------------------------------------
-    def add(self, job: AsyncJob) -> None:
+    def _add(self, job: AsyncJob) -> None:
         """INSERT; a duplicate id or a second retry of one job is a DuplicateJobError."""
-        check_job(job)
         with self.db.session() as s:
             try:
                 with s.begin_nested():
@@ -106,16 +88,14 @@ class SqlJobStore:
             except IntegrityError as exc:
                 raise DuplicateJobError(job.job_id) from exc
 
-    def get(self, job_id: str) -> AsyncJob | None:
+    def _get(self, job_id: str) -> AsyncJob | None:
         """SELECT one row by id."""
-        check_job_id(job_id)
         with self.db.session() as s:
             row = s.get(J, job_id.upper())
             return to_domain(row) if row else None
 
-    def update(self, job: AsyncJob) -> None:
+    def _update(self, job: AsyncJob) -> None:
         """Overwrite every column of an existing row."""
-        check_job(job)
         values = to_values(job)
         values.pop("job_id")
         with self.db.session() as s:
@@ -123,44 +103,41 @@ class SqlJobStore:
             if result.rowcount == 0:  # type: ignore[attr-defined]
                 raise ValueError(f"no job with id {job.job_id!r} to update")
 
-    def remove(self, job_id: str) -> bool:
+    def _remove(self, job_id: str) -> bool:
         """DELETE one row by id."""
-        check_job_id(job_id)
         with self.db.session() as s:
             return bool(s.execute(delete(J).where(J.job_id == job_id.upper())).rowcount)  # type: ignore[attr-defined]
 
-    def list_by_status(self, status: AsyncJobStatus, limit: int | None = None) -> list[AsyncJob]:
+    def _list_by_status(self, status: AsyncJobStatus, limit: int | None) -> list[AsyncJob]:
         """Rows in one status, oldest first."""
-        check_status(status)
         return self._select(J.status == status.value, limit=limit)
 
-    def list_all(self, limit: int | None = None) -> list[AsyncJob]:
+    def _list_all(self, limit: int | None) -> list[AsyncJob]:
         """All rows, oldest first."""
         return self._select(limit=limit)
 
-    def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
+    def _list_by_plan(self, plan_id: str) -> list[AsyncJob]:
         """A plan's jobs, oldest first."""
-        return self._select(J.plan_id == check_id("plan_id", plan_id))
+        return self._select(J.plan_id == plan_id)
 
-    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
+    def _count(self, status: AsyncJobStatus | None, plan_id: str | None) -> int:
         """How many rows (in one status, of one plan): one COUNT(*) with the listing's filter."""
         stmt = select(func.count()).select_from(J).where(*self._filter(status, plan_id))
         with self.db.session() as s:
             return int(s.scalar(stmt) or 0)
 
-    def list_recent(
+    def _list_recent(
         self,
-        status: AsyncJobStatus | None = None,
-        plan_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
+        status: AsyncJobStatus | None,
+        plan_id: str | None,
+        limit: int,
+        offset: int,
     ) -> list[AsyncJob]:
         """One page of rows, newest first (what people list); filters as count().
 
         Ordered by job id: ULIDs sort by creation time, and the primary key's index serves
         the order, so the newest page of a large ledger is read without sorting it all.
         """
-        check_page(limit, offset, plan_id)
         stmt = (
             select(J)
             .where(*self._filter(status, plan_id))
@@ -175,7 +152,6 @@ class SqlJobStore:
     def _filter(status: AsyncJobStatus | None, plan_id: str | None) -> list[Any]:
         where: list[Any] = []
         if status is not None:
-            check_status(status)
             where.append(J.status == status.value)
         if plan_id is not None:
             where.append(J.plan_id == plan_id.upper())
@@ -186,9 +162,8 @@ class SqlJobStore:
     def _pg(self) -> bool:
         return self.db.dialect == "postgresql"
 
-    def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
+    def _queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """QUEUE: every plan into its phase and every job row, all or nothing."""
-        check_fresh_jobs(jobs)
         if len(jobs) == 1 and self._pg:  # one statement is atomic by itself
             with self.db.connection("queue") as conn:
                 return pg_queue(conn, jobs, now) or None
@@ -206,33 +181,25 @@ class SqlJobStore:
         except _Refused:
             return None
 
-    def claim(
-        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool = False
+    def _claim(
+        self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool
     ) -> Claimed | None:
         """CLAIM: queued -> running unless a cancel was requested; the plan with it."""
-        check_job_id(job_id)
-        check_worker_id(worker_id)
         with self.db.connection("claim") as conn:
             run = pg_claim if self._pg else sqlite_claim
             return run(conn, job_id.upper(), worker_id, now, follow_plan)
 
-    def finish(
+    def _finish(
         self,
         job_id: str,
         status: AsyncJobStatus,
         now: datetime,
-        error: str | None = None,
+        error: str | None,
         *,
-        worker_id: str | None = None,
-        follow_plan: bool = False,
+        worker_id: str | None,
+        follow_plan: bool,
     ) -> bool:
         """FINISH: running (under worker_id, if given) -> terminal; the plan with it."""
-        check_job_id(job_id)
-        check_status(status)
-        check_error_message(error)
-        check_worker_id(worker_id, optional=True)
-        if status not in TERMINAL_STATUSES:
-            raise ValueError(f"finish needs a terminal status, got {status.value}")
         error = error if status is AsyncJobStatus.failed else None
         with self.db.connection("finish") as conn:
             run = pg_finish if self._pg else sqlite_finish
@@ -242,23 +209,20 @@ class SqlJobStore:
         with self.db.session() as s:
             return bool(s.execute(update(J).where(*where).values(**values)).rowcount)  # type: ignore[attr-defined]
 
-    def cancel_queued(self, job_id: str, now: datetime) -> bool:
+    def _cancel_queued(self, job_id: str, now: datetime) -> bool:
         """CANCEL a queued row only (one statement); whether this call ended it."""
-        check_job_id(job_id)
-        end = job_move(AsyncJobStatus.cancelled, from_status=AsyncJobStatus.queued)
         return self._cas(
             J.job_id == job_id.upper(),
-            J.status.in_(_values(end.sources)),
-            status=end.to.value,
+            J.status.in_(_values(CANCEL_QUEUED.sources)),
+            status=CANCEL_QUEUED.to.value,
             finished_at=now,
             cancel_requested_at=now,
         )
 
-    def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
+    def _cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """CANCEL: end a queued row, or stamp cancel_requested_at on a running one."""
-        check_job_id(job_id)
         job_id = job_id.upper()
-        if self.cancel_queued(job_id, now):
+        if self._cancel_queued(job_id, now):
             return CancelOutcome.cancelled
         if self._cas(
             J.job_id == job_id,
@@ -267,19 +231,15 @@ class SqlJobStore:
             cancel_requested_at=now,
         ):
             return CancelOutcome.requested
-        job = self.get(job_id)
+        job = self._get(job_id)
         if job is None:
             return CancelOutcome.not_found
         if job.status is AsyncJobStatus.running:
             return CancelOutcome.already_requested
         return CancelOutcome.already_terminal
 
-    def heartbeat(
-        self, job_ids: Iterable[str], now: datetime, worker_id: str | None = None
-    ) -> set[str]:
+    def _heartbeat(self, job_ids: Iterable[str], now: datetime, worker_id: str | None) -> set[str]:
         """HEARTBEAT: one UPDATE … RETURNING for all of a process's running jobs."""
-        job_ids = check_ids("job_ids", job_ids)
-        check_worker_id(worker_id, optional=True)
         stop: set[str] = set()
         with self.db.connection("heartbeat") as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
@@ -298,18 +258,14 @@ class SqlJobStore:
                     stop.update(set(batch) - {jid for jid, _ in alive})
         return stop
 
-    def save_progress(
+    def _save_progress(
         self,
         job_id: str,
         progress: float | None,
         checkpoint_json: str | None,
-        worker_id: str | None = None,
+        worker_id: str | None,
     ) -> bool:
         """PROGRESS: UPDATE progress (and checkpoint) WHERE running (under worker_id)."""
-        check_job_id(job_id)
-        check_progress(progress)
-        check_checkpoint_json(checkpoint_json)
-        check_worker_id(worker_id, optional=True)
         values: dict[str, Any] = {"progress": progress}
         if checkpoint_json is not None:
             values["checkpoint_json"] = checkpoint_json
@@ -319,8 +275,8 @@ class SqlJobStore:
         with self.db.connection("progress") as conn:
             return bool(conn.execute(update(J).where(*where).values(**values)).rowcount)
 
-    def sight_ledger(
-        self, sweep: str, max_gap: float, recovered_ago: float | None = None
+    def _sight_ledger(
+        self, sweep: str, max_gap: float, recovered_ago: float | None
     ) -> Availability:
         """SIGHT: record a sweep's sighting; since when the ledger is available (one txn)."""
         return sight_ledger(self.db, sweep, max_gap, recovered_ago)
@@ -330,37 +286,32 @@ class SqlJobStore:
             J.status == _RUNNING, or_(J.last_heartbeat.is_(None), J.last_heartbeat < cutoff)
         )
 
-    def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
+    def _list_stuck(self, cutoff: datetime, limit: int) -> list[AsyncJob]:
         """STUCK: running rows whose heartbeat is older than cutoff."""
         return self._select(self._stuck(cutoff), limit=limit)
 
-    def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
+    def _expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
         """EXPIRE: CAS still-stuck running -> failed."""
-        check_job_id(job_id)
-        check_error_message(error)
         return self._cas(
             J.job_id == job_id,
             self._stuck(cutoff),
-            status=_EXPIRE.to.value,
+            status=EXPIRE.to.value,
             finished_at=now,
             error_message=error,
         )
 
-    def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
+    def _fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
         """UNDELIVERABLE: CAS queued -> failed."""
-        check_job_id(job_id)
-        check_error_message(error)
         return self._cas(
             J.job_id == job_id,
-            J.status.in_(_values(_UNDELIVERABLE.sources)),
-            status=_UNDELIVERABLE.to.value,
+            J.status.in_(_values(UNDELIVERABLE.sources)),
+            status=UNDELIVERABLE.to.value,
             finished_at=now,
             error_message=error,
         )
 
-    def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+    def _delete_terminal_before(self, cutoff: datetime, batch_size: int) -> int:
         """TTL: DELETE terminal rows finished before cutoff, batch by batch (short locks)."""
-        check_batch_size(batch_size)
         total = 0
         while True:
             doomed = (
@@ -379,9 +330,8 @@ class SqlJobStore:
             if deleted < batch_size:
                 return total
 
-    def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
+    def _mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
         """DISPATCHED: stamp live rows and count the publish (one statement per batch)."""
-        job_ids = check_ids("job_ids", job_ids)
         stamped = 0
         with self.db.connection("dispatch stamp") as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
@@ -392,8 +342,8 @@ class SqlJobStore:
                 ).rowcount
         return stamped
 
-    def list_dispatch_due(
-        self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
+    def _list_dispatch_due(
+        self, never_sent_before: datetime, resent_before: datetime, limit: int
     ) -> list[AsyncJob]:
         """RELAY: queued rows never published, or published so long ago the message may be lost."""
         return self._select(

@@ -10,9 +10,9 @@ from sqlalchemy.exc import IntegrityError
 from planq.domain.errors import ConcurrentUpdateError
 from planq.domain.plans import Plan
 from planq.domain.ports import Ledger
+from planq.store.checked import CheckedPlanStore
 from planq.store.database import Database
 from planq.store.models import PlanModel
-from planq.store.validation import check_id, check_list_limit, check_page, check_plan
 
 P = PlanModel
 _FIELDS = [c.key for c in P.__table__.columns]
@@ -31,7 +31,7 @@ def to_values(plan: Plan) -> dict[str, Any]:
     return {name: data[name] for name in _FIELDS}
 
 
-class SqlPlanStore:
+class SqlPlanStore(CheckedPlanStore):
     """Plans table access; shares its Database (and so its transactions) with SqlJobStore."""
 
     def __init__(self, database: Database) -> None:
@@ -46,9 +46,8 @@ class SqlPlanStore:
         """The database's ambient transaction."""
         return self.db.transaction()
 
-    def add(self, plan: Plan) -> None:
+    def _add(self, plan: Plan) -> None:
         """INSERT a new plan."""
-        check_plan(plan)
         with self.db.session() as s:
             try:
                 with s.begin_nested():
@@ -56,18 +55,14 @@ class SqlPlanStore:
             except IntegrityError as exc:
                 raise ValueError(f"plan {plan.plan_id!r} already exists") from exc
 
-    def get(self, plan_id: str) -> Plan | None:
+    def _get(self, plan_id: str) -> Plan | None:
         """SELECT one plan."""
-        if not isinstance(plan_id, str):
-            return None
-        check_id("plan_id", plan_id)
         with self.db.session() as s:
             row = s.get(P, plan_id.upper())
             return to_domain(row) if row else None
 
-    def update(self, plan: Plan) -> None:
+    def _update(self, plan: Plan) -> None:
         """UPDATE … WHERE version = read version; bumps plan.version in place."""
-        check_plan(plan)
         values = to_values(plan)
         values.pop("plan_id")
         values["version"] = plan.version + 1
@@ -79,16 +74,14 @@ class SqlPlanStore:
                 raise ConcurrentUpdateError(f"plan {plan.plan_id} changed since it was read")
         plan.version += 1
 
-    def list_all(self, limit: int | None = None) -> list[Plan]:
+    def _list_all(self, limit: int | None) -> list[Plan]:
         """Plans, oldest first."""
-        check_list_limit(limit)
         with self.db.session() as s:
             stmt = select(P).order_by(P.created_at, P.plan_id).limit(limit)
             return [to_domain(r) for r in s.scalars(stmt)]
 
-    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
+    def _list_recent(self, limit: int, offset: int) -> list[Plan]:
         """One page of plans, newest first (what people list)."""
-        check_page(limit, offset)
         stmt = select(P).order_by(P.created_at.desc(), P.plan_id.desc()).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
@@ -98,8 +91,7 @@ class SqlPlanStore:
         with self.db.session() as s:
             return int(s.scalar(select(func.count()).select_from(P)) or 0)
 
-    def remove(self, plan_id: str) -> bool:
+    def _remove(self, plan_id: str) -> bool:
         """DELETE one plan."""
-        check_id("plan_id", plan_id)
         with self.db.session() as s:
             return bool(s.execute(delete(P).where(P.plan_id == plan_id.upper())).rowcount)  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Argument checks at the store boundary, shared by every implementation.
+"""Argument checks at the store boundary, run by the ports' checked layer (store/checked.py).
 
 Each raises before any statement runs: a TypeError/ValueError (BoundsError for a value
 out of the limits in domain/bounds.py) naming the argument, so a refused call writes
@@ -10,18 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from planq.domain.availability import MAX_GAP, check_sweep
 from planq.domain.bounds import (
     ID_LENGTH,
     INT32_MAX,
     INT64_MAX,
     MAX_BATCH,
+    MAX_DURATION_SECONDS,
     MAX_LIST_LIMIT,
     check_int,
+    check_number,
     check_text,
     describe,
 )
 from planq.domain.errors import BoundsError, WrongTypeError
 from planq.domain.jobs import (
+    TERMINAL_STATUSES,
     AsyncJob,
     AsyncJobStatus,
     check_checkpoint_json,
@@ -36,6 +40,7 @@ __all__ = [
     "check_batch_size",
     "check_checkpoint_json",
     "check_error_message",
+    "check_flag",
     "check_fresh_jobs",
     "check_id",
     "check_ids",
@@ -46,7 +51,9 @@ __all__ = [
     "check_page",
     "check_plan",
     "check_progress",
+    "check_sighting",
     "check_status",
+    "check_terminal_status",
     "check_worker_id",
 ]
 
@@ -54,14 +61,14 @@ __all__ = [
 def check_job(job: object) -> None:
     """TypeError unless job is an AsyncJob; BoundsError if a field is out of its bounds."""
     if not isinstance(job, AsyncJob):
-        raise TypeError(f"expected an AsyncJob, got {type(job).__name__}")
+        raise WrongTypeError("job", "must be an AsyncJob", describe(job))
     check_job_fields(job)
 
 
 def check_plan(plan: object) -> None:
     """TypeError unless plan is a Plan; BoundsError if a field is out of its bounds."""
     if not isinstance(plan, Plan):
-        raise TypeError(f"expected a Plan, got {type(plan).__name__}")
+        raise WrongTypeError("plan", "must be a Plan", describe(plan))
     plan.check_fields()
 
 
@@ -102,14 +109,40 @@ def check_moment(field: str, value: object) -> datetime:
     return value
 
 
-def check_status(status: object) -> None:
-    """TypeError unless status is an AsyncJobStatus."""
+def check_status(status: object) -> AsyncJobStatus:
+    """WrongTypeError (a TypeError) unless status is an AsyncJobStatus."""
     if not isinstance(status, AsyncJobStatus):
-        raise TypeError(f"status must be an AsyncJobStatus, got {type(status).__name__}")
+        raise WrongTypeError("status", "must be an AsyncJobStatus", describe(status))
+    return status
+
+
+def check_terminal_status(status: object) -> AsyncJobStatus:
+    """A status a job may finish in (succeeded, failed, cancelled)."""
+    checked = check_status(status)
+    if checked not in TERMINAL_STATUSES:
+        raise ValueError(f"finish needs a terminal status, got {checked.value}")
+    return checked
+
+
+def check_flag(field: str, value: object) -> bool:
+    """A keyword switch is a bool (a truthy object is a caller's mistake, not a yes)."""
+    if not isinstance(value, bool):
+        raise WrongTypeError(field, "must be a bool", describe(value))
+    return value
+
+
+def check_sighting(sweep: object, max_gap: object, recovered_ago: object) -> None:
+    """A sweep's sighting: a known sweep, a finite gap, and how long ago an outage ended."""
+    check_sweep(sweep)
+    check_number("max_gap", max_gap, 0.0, MAX_GAP)
+    if recovered_ago is not None:
+        check_number("recovered_ago", recovered_ago, 0.0, MAX_DURATION_SECONDS)
 
 
 def check_fresh_jobs(jobs: Sequence[object]) -> None:
     """ValueError unless jobs are new queued first attempts of one phase, one per plan."""
+    if isinstance(jobs, str | bytes) or not isinstance(jobs, Sequence):
+        raise WrongTypeError("jobs", "must be a list of AsyncJob", describe(jobs))
     if not jobs:
         raise ValueError("nothing to queue: no jobs given")
     if len(jobs) > MAX_BATCH:

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from planq.domain.bounds import MAX_WORKER_ID_LENGTH
 from planq.domain.cancellation import CancellationToken
 from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
 from planq.domain.errors import LedgerRejectedError
 from planq.domain.health import WorkerHealthReport
-from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
 from planq.domain.ledger import JobLedger, StuckReport
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from planq.domain.plans import Plan, PlanPhase
@@ -56,10 +57,6 @@ class Verdict:
     result: PickupResult
 
 
-#: The ledger's worker_id column length: a worker id never exceeds it.
-WORKER_ID_MAX = 255
-
-
 def default_node_name() -> str:
     """The node name of a process that runs no Celery worker (planq@<host>)."""
     return f"planq@{socket.gethostname()}"
@@ -73,7 +70,7 @@ def standalone_worker_id() -> str:
     Runtime-built (Celery) workers are given `<node>/<pid>` instead (`worker_id_for`).
     """
     suffix = f"-{os.getpid()}-{secrets.token_hex(4)}"
-    return f"worker-{socket.gethostname()[: WORKER_ID_MAX - len(suffix) - 7]}{suffix}"
+    return f"worker-{socket.gethostname()[: MAX_WORKER_ID_LENGTH - len(suffix) - 7]}{suffix}"
 
 
 def worker_id_for(pid: int, node: str | None = None) -> str:
@@ -84,7 +81,7 @@ def worker_id_for(pid: int, node: str | None = None) -> str:
     is cut so the id fits the ledger's column, pid kept.
     """
     suffix = f"/{pid}"
-    return f"{(node or default_node_name())[: WORKER_ID_MAX - len(suffix)]}{suffix}"
+    return f"{(node or default_node_name())[: MAX_WORKER_ID_LENGTH - len(suffix)]}{suffix}"
 
 
 class AsyncWorker:
@@ -147,10 +144,7 @@ class AsyncWorker:
         Refused while jobs run here: their claims, heartbeats and finishes are fenced by
         the id they were claimed under.
         """
-        if not isinstance(worker_id, str) or not worker_id.strip():
-            raise ValueError("worker_id must be a non-empty string")
-        if len(worker_id) > WORKER_ID_MAX:
-            raise ValueError(f"worker_id must be at most {WORKER_ID_MAX} characters")
+        check_worker_id(worker_id)
         if self.tracker.in_flight():
             return False
         self.worker_id = worker_id

@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any
 
-from planq.domain.bounds import MAX_CHECKPOINT_BYTES, check_json_value
 from planq.domain.cancellation import CancellationToken
 from planq.domain.errors import UnknownExecutorError
-from planq.domain.jobs import AsyncJob
+from planq.domain.jobs import AsyncJob, serialise_checkpoint
 from planq.domain.plans import Plan, PlanPhase
 
 ENTRY_POINT_GROUP = "planq.executors"
@@ -51,8 +50,9 @@ class JobContext:
         """Save resumable state (a JSON object); a retry of this job starts from it."""
         if progress is not None:
             self.progress = max(0.0, min(1.0, float(progress)))
-        # bounded (1 MiB, 64 levels, strict JSON): a BoundsError here, not a RecursionError
-        self.save(self.progress, check_json_value("checkpoint", dict(state), MAX_CHECKPOINT_BYTES))
+        # bounded (1 MiB, 64 levels, strict JSON): a BoundsError here, not a RecursionError;
+        # the store takes the text as checked (CheckpointJson) and does not parse it again
+        self.save(self.progress, serialise_checkpoint(state))
 
 
 Executor = Callable[[JobContext], None]

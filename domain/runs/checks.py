@@ -15,7 +15,6 @@ from planq.domain.bounds import (
     MAX_BATCH,
     MAX_CURSOR_BYTES,
     MAX_DURATION_SECONDS,
-    MAX_JOB_NAME_LENGTH,
     MAX_LIST_LIMIT,
     MAX_OFFSET,
     MAX_OWNER_LENGTH,
@@ -45,7 +44,6 @@ MIN_RETENTION_DAYS = 1.0
 _UUID_TEXT = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 __all__ = [
-    "MAX_JOB_NAME_LENGTH",
     "MAX_OWNER_LENGTH",
     "MAX_PARAM_KEY_LENGTH",
     "MIN_RETENTION_DAYS",
@@ -55,7 +53,6 @@ __all__ = [
     "check_cursor",
     "check_delta",
     "check_epoch",
-    "check_job_name",
     "check_leases",
     "check_limit",
     "check_owner",
@@ -71,11 +68,6 @@ __all__ = [
     "purge_cutoff",
     "stale_cutoff",
 ]
-
-
-def check_job_name(job_name: object) -> str:
-    """A job name is a short non-empty string (it keys the one-active-run rule)."""
-    return check_text("job_name", job_name, MAX_JOB_NAME_LENGTH)
 
 
 def check_owner(owner: object) -> str | None:

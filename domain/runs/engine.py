@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from planq.domain.bounds import check_job_name
 from planq.domain.errors import BoundsError, RunFencedError, RunNotActiveError
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
-from planq.domain.runs.checks import check_args, check_job_name, check_owner, check_total
+from planq.domain.runs.checks import check_args, check_owner, check_total
 from planq.domain.runs.findings import Finding, Severity
 from planq.domain.runs.heartbeat import RunHeartbeat
 from planq.domain.runs.job_outcome import JobOutcome

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from planq.domain.bounds import MAX_WORKER_ID_LENGTH
 from planq.domain.config import AsyncWorkerConfig
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.store.memory import in_memory_ledger
-from planq.tasks.engine import WORKER_ID_MAX, AsyncWorker, worker_id_for
+from planq.tasks.engine import AsyncWorker, worker_id_for
 from tests.celery_support import embedded_runtime, make_app, wait_for_status
 
 pytestmark = [pytest.mark.redis]
@@ -30,7 +31,7 @@ def test_the_form_is_node_slash_pid_and_fits_the_column() -> None:
     assert worker_id_for(18352, "celery@vm") == "celery@vm/18352"
     assert worker_id_for(7) == f"planq@{socket.gethostname()}/7"  # no Celery node
     cut = worker_id_for(4_194_304, "n" * 400 + "@host")
-    assert len(cut) == WORKER_ID_MAX and cut.endswith("/4194304") and cut.startswith("nnn")
+    assert len(cut) == MAX_WORKER_ID_LENGTH and cut.endswith("/4194304") and cut.startswith("nnn")
 
 
 def test_a_worker_is_renamed_only_while_it_runs_no_job() -> None:
