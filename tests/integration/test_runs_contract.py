@@ -389,19 +389,22 @@ def test_sweep_pauses_own_runs_including_cancel_requested(provider: RunStoreProv
 def test_sweep_spares_a_live_workers_run_but_not_a_stale_one(
     provider: RunStoreProvider, clock: FakeClock
 ) -> None:
+    # Seconds, not minutes: on PostgreSQL a stale sweep also waits until the server has
+    # been up for stale_after (domain/availability.py), and another test may restart it.
+    stale_after = 6.0
     theirs = open_fresh(provider, "theirs", owner=OTHER)
 
-    assert provider.boot_recovery_sweep(OWNER, stale_after=600) == 0
+    assert provider.boot_recovery_sweep(OWNER, stale_after=stale_after) == 0
     summary = provider.get_run_by_id(theirs.run_id)
     assert summary is not None and summary.status is RunStatus.Running
 
-    clock.advance(seconds=300)
+    clock.advance(seconds=3)
     theirs.checkpoint(b"alive", 1)  # the heartbeat moves the staleness window
-    clock.advance(seconds=400)
-    assert provider.boot_recovery_sweep(OWNER, stale_after=600).run_ids == ()
+    clock.advance(seconds=4)
+    assert provider.boot_recovery_sweep(OWNER, stale_after=stale_after).run_ids == ()
 
-    clock.advance(seconds=201)
-    assert provider.boot_recovery_sweep(OWNER, stale_after=600).run_ids == (theirs.run_id,)
+    clock.advance(seconds=2.01)
+    assert provider.boot_recovery_sweep(OWNER, stale_after=stale_after).run_ids == (theirs.run_id,)
     summary = provider.get_run_by_id(theirs.run_id)
     assert summary is not None and summary.status is RunStatus.Paused
 
