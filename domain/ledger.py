@@ -20,7 +20,7 @@ from planq.domain.errors import (
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
-from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore
+from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.transitions import PLAN_STATUS_FOR_JOB
 
@@ -97,6 +97,45 @@ class JobLedger:
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while following its job")
 
     # -- transitions --------------------------------------------------------------------
+    def queue(self, jobs: list[AsyncJob]) -> list[Plan] | None:
+        """Queue new jobs and move their plans into `<phase>/QUEUED`; the plans, or None.
+
+        One ledger (job and plan stores share it): ONE compare-and-set statement, None if
+        any plan is missing or not ready (nothing written). Two stores (the spec's
+        composition): each plan moves through the plan store (a refused move raises its
+        typed error), then each job is added, inside the plan store's transaction.
+        """
+        if self.plans is None or one_ledger(self.jobs, self.plans):
+            return self.jobs.queue(jobs, utcnow())
+        return self._queue_in_two_stores(jobs)
+
+    def _queue_in_two_stores(self, jobs: list[AsyncJob]) -> list[Plan]:
+        """Two stores: plans first, then jobs, in the plan store's transaction.
+
+        Only a failure of the plan store's own commit, after the jobs committed, could leave
+        a job without its plan move (one ledger has one statement instead).
+        """
+        assert self.plans is not None
+        moved: list[Plan] = []
+        with self.plans.transaction():
+            for job in jobs:
+                plan = self.plans.get(job.plan_id)
+                if plan is None:
+                    raise PlanNotFoundError(job.plan_id)
+                plan.queue_phase(job.phase)  # InvalidPlanTransitionError, nothing written
+                self.plans.update(plan)  # optimistic: a concurrent queue of it loses here
+                moved.append(plan)
+            with self.jobs.transaction():
+                for job in jobs:
+                    self.jobs.add(job)
+        return moved
+
+    def save_progress(
+        self, job_id: str, progress: float | None, checkpoint: str | None, worker_id: str
+    ) -> bool:
+        """One fenced progress/checkpoint write; False: the job is no longer worker_id's."""
+        return self.jobs.save_progress(job_id, progress, checkpoint, worker_id)
+
     def claim(self, job_id: str, worker_id: str) -> Claimed | None:
         """Take a queued job for worker_id, and its plan; None if it is not to be run here.
 

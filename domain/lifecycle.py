@@ -7,13 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from planq.domain.bounds import MAX_BATCH
-from planq.domain.clock import utcnow
 from planq.domain.config import AsyncWorkerConfig
 from planq.domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
 from planq.domain.ids import require_ulid
 from planq.domain.jobs import AsyncJob
+from planq.domain.ledger import JobLedger
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import JobStore, PlanStore, one_ledger
+from planq.domain.ports import JobStore, PlanStore
 
 logger = logging.getLogger("planq.lifecycle")
 
@@ -44,6 +44,8 @@ class PlanLifecycleService:
         self.jobs = jobs
         self.config = config or AsyncWorkerConfig()
         self.enqueue = enqueue
+        #: The door every job write goes through, the queue included (domain/ledger.py).
+        self.ledger = None if jobs is None else JobLedger(jobs, plans)
 
     def create_plan(self, steps: list[str] | list[dict[str, object]], name: str = "") -> Plan:
         """Store a new plan with these steps.
@@ -98,15 +100,12 @@ class PlanLifecycleService:
             raise BatchError("plan_ids is empty: nothing to queue")
         if len(set(ids)) != len(ids):
             raise BatchError("a plan id appears twice: a phase is queued once per plan")
-        if not (self.config.enabled and self.jobs is not None):
+        if not (self.config.enabled and self.ledger is not None):
             return [self._queue_without_job(plan_id, phase) for plan_id in ids]
         jobs = [AsyncJob(plan_id=plan_id, phase=phase) for plan_id in ids]
-        if one_ledger(self.jobs, self.plans):
-            moved = self.jobs.queue(jobs, utcnow())
-            if moved is None:
-                self._raise_refusal(ids, phase)
-        else:
-            moved = self._queue_in_two_stores(self.jobs, jobs)
+        moved = self.ledger.queue(jobs)
+        if moved is None:
+            self._raise_refusal(ids, phase)
         by_id = {plan.plan_id: plan for plan in moved or []}
         if self.enqueue is not None:
             try:
@@ -120,28 +119,6 @@ class PlanLifecycleService:
         for plan_id in ids:
             self.get_plan(plan_id).queue_phase(phase)  # PlanNotFound / InvalidPlanTransition
         raise ConcurrentUpdateError(f"a plan changed while its {phase.value} phase was queued")
-
-    def _queue_in_two_stores(self, store: JobStore, jobs: list[AsyncJob]) -> list[Plan]:
-        """Two stores, not one ledger (the spec's composition): plans first, then jobs.
-
-        Each plan moves through the plan store (optimistic version: a concurrent queue of
-        it loses with ConcurrentUpdateError), then each job is added through the job store.
-        The plan store's transaction holds both steps, so a refused plan or a failed insert
-        leaves every plan as it was; only a failure of the plan store's own commit, after
-        the jobs committed, could leave a job without its plan move (two stores, two
-        commits; one ledger has one statement instead).
-        """
-        moved: list[Plan] = []
-        with self.plans.transaction():
-            for job in jobs:
-                plan = self.get_plan(job.plan_id)
-                plan.queue_phase(job.phase)  # InvalidPlanTransitionError, nothing written
-                self.plans.update(plan)
-                moved.append(plan)
-            with store.transaction():
-                for job in jobs:
-                    store.add(job)
-        return moved
 
     def _queue_without_job(self, plan_id: str, phase: PlanPhase) -> PhaseQueued:
         """Jobs disabled (or no job store): the plan moves, and no job is made."""

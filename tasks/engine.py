@@ -248,7 +248,7 @@ class AsyncWorker:
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
         """One fenced write; a refused one means the job is no longer ours: stop it now."""
         wrote = ride_out_outage(
-            lambda: self.job_store.save_progress(job_id, progress, checkpoint, self.worker_id),
+            lambda: self.ledger.save_progress(job_id, progress, checkpoint, self.worker_id),
             f"progress {job_id}",
             monitor=self.outages,
         )
