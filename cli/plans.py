@@ -106,8 +106,8 @@ def queue_phase(plan_ids: list[str], phase_name: str, as_json: bool) -> None:
     docs = [
         {"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None} for plan, job in queued
     ]
-    for _, job in queued:
-        if job is not None and job.dispatched_at is None:
+    for _, job in queued:  # a job a worker already took got its message, stamped or not
+        if job is not None and job.status.value == "queued" and job.dispatched_at is None:
             warn(f"job {job.job_id} is queued but its message was not sent; the relay will send it")
     if as_json:
         emit_json(docs[0] if len(plan_ids) == 1 else docs)

@@ -284,6 +284,34 @@ def test_strategize_commits_the_row_then_publishes_it(
     ]
 
 
+def test_a_job_that_failed_before_its_stamp_is_not_reported_unsent(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    """A fast worker ends the job between the publish and the stamp: no false warning.
+
+    The worker here is the ledger's own claim and finish, run the moment the broker took the
+    message (Celery's after_task_publish), so the job has failed before the CLI stamps it.
+    """
+    plan = ledger.plan("a")
+
+    def fast_worker(headers: Any = None, **_: Any) -> None:
+        claimed = ledger.ledger.claim(headers["id"], "fast-worker")
+        assert claimed is not None
+        assert ledger.ledger.finish(claimed.job, AsyncJobStatus.failed, "ValueError: bad step")
+
+    after_task_publish.connect(fast_worker, weak=False)
+    try:
+        result = ok("plans", "strategize", plan.plan_id, "--json")
+    finally:
+        after_task_publish.disconnect(fast_worker)
+    job = json.loads(result.stdout)["job"]
+    assert (job["status"], job["dispatched"]) == ("failed", True)
+    assert "not sent" not in result.stderr and "warning" not in result.stderr
+    shown = ok_json("jobs", "show", job["job_id"])
+    assert (shown["dispatched"], shown["dispatch_count"]) == (True, 1)
+    assert shown["dispatched_at"] is not None
+
+
 def test_a_phase_out_of_order_is_refused_and_writes_nothing(
     env: dict[str, str], ledger: Ledger
 ) -> None:
