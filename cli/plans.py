@@ -148,7 +148,11 @@ def watch(
     ] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
-    """Live progress bars of the plan's jobs until every one has ended (exit 0; 1 on timeout)."""
+    """Live progress bars of the plan's jobs until every one has ended.
+
+    Exits as the latest job ended: 0 succeeded, 1 failed (its error on stderr), 4 cancelled;
+    1 on timeout. Ctrl-C (130) stops the watching only: the job keeps running.
+    """
     from planq.cli.watch import watch_plan
 
     limits.check_watch(timeout, interval)

@@ -341,13 +341,89 @@ def test_publishing_refuses_the_in_process_memory_broker(
     assert len(ledger.jobs.list_by_plan(failed.plan_id)) == 1
 
 
-def test_watch_exits_0_once_every_job_has_ended(env: dict[str, str], ledger: Ledger) -> None:
+def test_watch_exits_0_once_every_job_has_succeeded(env: dict[str, str], ledger: Ledger) -> None:
+    job = ledger.ended(AsyncJobStatus.succeeded)
+    out = ok("plans", "watch", job.plan_id, "--timeout", 5).stdout
+    assert job.job_id in out and "succeeded" in out
+    doc = ok_json("plans", "watch", job.plan_id, "--timeout", 5)
+    assert doc["done"] is True and [j["status"] for j in doc["jobs"]] == ["succeeded"]
+
+
+def test_watch_exits_1_with_the_error_when_the_job_failed(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    """`execute && watch` must stop a script on a failure, and say what failed."""
+    job = ledger.ended(AsyncJobStatus.failed)  # its error: "boom"
+    line = fails(1, "plans", "watch", job.plan_id, "--timeout", 5)
+    assert line.startswith("planq: failed:") and job.job_id in line and line.endswith(": boom")
+    result = planq("plans", "watch", job.plan_id, "--timeout", 5, "--json")
+    assert result.exit_code == 1 and "boom" in result.stderr
+    doc = json.loads(result.stdout)  # the JSON document still comes, for scripts
+    assert doc["done"] is True and doc["jobs"][0]["error_message"] == "boom"
+
+
+def test_watch_exits_4_when_the_job_was_cancelled(env: dict[str, str], ledger: Ledger) -> None:
     job = ledger.queued()
     ledger.ledger.cancel(job.job_id)
-    out = ok("plans", "watch", job.plan_id, "--timeout", 5).stdout
-    assert job.job_id in out and "cancelled" in out
-    doc = ok_json("plans", "watch", job.plan_id, "--timeout", 5)
-    assert doc["done"] is True and [j["status"] for j in doc["jobs"]] == ["cancelled"]
+    line = fails(4, "plans", "watch", job.plan_id, "--timeout", 5)
+    assert line == f"planq: cancelled: job {job.job_id} (strategize, try 1) was cancelled"
+    assert planq("plans", "watch", job.plan_id, "--json").exit_code == 4
+
+
+def test_watch_follows_the_latest_try_not_a_failure_it_replaced(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    failed = ledger.ended(AsyncJobStatus.failed)
+    retry = ledger.ledger.retry(failed)
+    assert retry is not None
+    claimed = ledger.ledger.claim(retry.job_id, "worker-test-2")
+    assert claimed is not None and ledger.ledger.finish(claimed.job, AsyncJobStatus.succeeded)
+    doc = ok_json("plans", "watch", failed.plan_id, "--timeout", 5)
+    assert [j["status"] for j in doc["jobs"]] == ["failed", "succeeded"]
+
+
+def test_ctrl_c_in_watch_says_the_job_keeps_running_and_how_to_cancel_it(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    """A person at a terminal: the bars are drawn, Ctrl-C stops the watching, not the job."""
+    import pty
+    import select
+
+    job = ledger.running()
+    main, child = pty.openpty()
+    watch = subprocess.Popen(
+        [_planq_script(), "plans", "watch", job.plan_id, "--interval", "0.1"],
+        env=_process_env(**env, COLUMNS="200"),
+        stdin=child,
+        stdout=child,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    os.close(child)
+    drawn = bytearray()
+    try:
+
+        def bars_drawn() -> bool:
+            assert watch.poll() is None, watch.stderr.read() if watch.stderr else b""
+            if select.select([main], [], [], 0.2)[0]:
+                drawn.extend(os.read(main, 65536))
+            return job.job_id.encode() in drawn and b"running" in drawn
+
+        wait_for(bars_drawn, timeout=60, interval=0, what="the watch to draw the running job")
+        watch.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        _, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            os.killpg(watch.pid, signal.SIGKILL)
+            watch.wait(10)
+        os.close(main)
+    lines = err.decode().strip().splitlines()
+    assert watch.returncode == 130 and len(lines) == 1, err
+    assert lines[0] == (
+        f"planq: interrupted: stopped watching; job {job.job_id} keeps running "
+        f"(cancel: `planq jobs cancel {job.job_id}`)"
+    )
+    assert ledger.get(job.job_id).status is AsyncJobStatus.running  # the job was not touched
 
 
 def test_watch_times_out_with_exit_1(env: dict[str, str], ledger: Ledger) -> None:
