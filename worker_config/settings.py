@@ -31,6 +31,9 @@ logger = logging.getLogger("planq.settings")
 DEFAULT_DATABASE_URL = "sqlite:///planq.db"
 #: The databases the ledger runs on (SQLAlchemy backend names).
 LEDGER_BACKENDS = ("sqlite", "postgresql")
+#: Other names for them: `postgres://` is what many hosts and tools hand out (libpq reads
+#: it; SQLAlchemy does not), so it is read as `postgresql://`.
+BACKEND_ALIASES = {"postgres": "postgresql"}
 _URL = re.compile(r"(?P<backend>[A-Za-z][\w.-]*?)(?:\+[\w.-]+)?://")
 _EXECUTOR_REF = re.compile(r"[A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)?")
 _PHASES = ("strategize", "execute", "apply")
@@ -176,7 +179,8 @@ class PlanqSettings(BaseSettings):
 def check_database_url(url: str) -> str:
     """url, if it names a database the ledger runs on; else a one-line ConfigurationError.
 
-    For callers that take a ledger URL of their own (`planq db upgrade --url`).
+    A `postgres://` (or `postgres+driver://`) URL comes back as `postgresql://`, the rest of
+    it unchanged. For callers that take a ledger URL of their own too.
     """
     match = _URL.match(url)
     if match is None:
@@ -185,10 +189,14 @@ def check_database_url(url: str) -> str:
             "sqlite:///path/planq.db or postgresql://user@host:5432/planq"
         )
     backend = match["backend"].lower()
+    if backend in BACKEND_ALIASES:
+        backend = BACKEND_ALIASES[backend]
+        url = backend + url[match.end("backend") :]
     if backend not in LEDGER_BACKENDS:
         raise ConfigurationError(
             f"PLANQ_DATABASE_URL={_show('database_url', url)}: the ledger runs on SQLite or "
-            f"PostgreSQL (sqlite:///path or postgresql://user@host/db), not {backend!r}"
+            f"PostgreSQL (sqlite:///path, or postgresql:// or postgres://user@host/db), "
+            f"not {backend!r}"
         )
     return url
 

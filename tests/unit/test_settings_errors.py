@@ -72,7 +72,7 @@ def error_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
         (
             {"PLANQ_DATABASE_URL": "mysql://x"},
             "PLANQ_DATABASE_URL=mysql://x: the ledger runs on SQLite or PostgreSQL "
-            "(sqlite:///path or postgresql://user@host/db), not 'mysql'",
+            "(sqlite:///path, or postgresql:// or postgres://user@host/db), not 'mysql'",
         ),
         (
             {"PLANQ_DATABASE_URL": "planq.db"},
@@ -281,3 +281,28 @@ def test_a_ledger_url_of_ones_own_is_checked_by_the_same_rule() -> None:
     assert check_database_url("sqlite:///ledger.db") == "sqlite:///ledger.db"
     with pytest.raises(ConfigurationError, match=r"^PLANQ_DATABASE_URL=mysql://x: .* not 'mysql'$"):
         check_database_url("mysql://x")
+
+
+@pytest.mark.parametrize(
+    ("given", "read_as"),
+    [
+        (
+            "postgres://planq:pw@db.example:5432/planq",
+            "postgresql://planq:pw@db.example:5432/planq",
+        ),
+        ("POSTGRES://planq@db/planq", "postgresql://planq@db/planq"),
+        ("postgres+psycopg://planq@db/planq", "postgresql+psycopg://planq@db/planq"),
+        ("postgresql://planq@db/planq", "postgresql://planq@db/planq"),
+    ],
+)
+def test_the_postgres_scheme_hosts_hand_out_is_read_as_postgresql(
+    monkeypatch: pytest.MonkeyPatch, given: str, read_as: str
+) -> None:
+    """Heroku, Render, Supabase, Fly… hand out postgres://; SQLAlchemy knows only postgresql."""
+    from planq.store.database import normalise_url
+    from planq.worker_config.settings import check_database_url
+
+    monkeypatch.setenv("PLANQ_DATABASE_URL", given)
+    assert load_settings().database_url == read_as
+    assert check_database_url(given) == read_as
+    assert normalise_url(given).startswith("postgresql+psycopg://")  # a Database built directly
