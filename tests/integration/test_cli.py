@@ -774,11 +774,11 @@ def test_service_wrappers_exec_celery_with_planq_defaults(
         "--loglevel=INFO",
         "--without-gossip",
     ]
-    assert ok("beat", "--dry-run", "-s", "/tmp/sched").stdout.split()[3:] == [
+    assert ok("beat", "--dry-run", "-s", "/tmp/sched", "--max-interval=5").stdout.split()[3:] == [
         "beat",
+        "--schedule=/tmp/sched",
         "--loglevel=INFO",
-        "-s",
-        "/tmp/sched",
+        "--max-interval=5",
     ]
     assert ok("flower", "--dry-run", "--port", 5599).stdout.split()[3:] == ["flower", "--port=5599"]
 
@@ -796,6 +796,75 @@ def test_flower_basic_auth_goes_to_flower_by_its_environment(
     assert "FLOWER_BASIC_AUTH=from:***" in ok("flower", "--dry-run").stdout
     for bad in ("nocolon", ":nouser", "user:", "a:b,,c:d"):
         assert "USER:PASSWORD" in fails(2, "flower", "--dry-run", "--basic-auth", bad)
+
+
+def test_beat_keeps_its_schedule_file_out_of_the_work_tree(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    argv = ok("beat", "--dry-run").stdout.split()
+    assert f"--schedule={tmp_path / 'state' / 'planq' / 'celerybeat-schedule'}" in argv
+    assert (tmp_path / "state" / "planq").is_dir()
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    argv = ok("beat", "--dry-run").stdout.split()
+    assert (
+        f"--schedule={tmp_path / 'home' / '.local' / 'state' / 'planq' / 'celerybeat-schedule'}"
+        in argv
+    )
+    assert "XDG_STATE_HOME" in ok("beat", "--help").stdout
+
+
+@pytest.mark.processes
+def test_a_running_beat_writes_its_schedule_in_the_state_dir_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flush_redis(WORKER_REDIS_URL)
+    work_tree, state = tmp_path / "work", tmp_path / "state"
+    work_tree.mkdir()
+    values = {
+        "PLANQ_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}",
+        "PLANQ_BROKER_URL": WORKER_REDIS_URL,
+    }
+    env = _process_env(**values, XDG_STATE_HOME=str(state))
+    beat = subprocess.Popen(
+        [_planq_script(), "beat", "--loglevel", "WARNING"], env=env, cwd=work_tree,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: beat.poll() is None and list((state / "planq").glob("celerybeat-schedule*")),
+            timeout=60,
+            what="beat to write its schedule file in the state dir",
+        )
+    finally:
+        beat.send_signal(signal.SIGTERM)
+        try:
+            beat.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(beat.pid, signal.SIGKILL)
+            beat.wait(10)
+        flush_redis(WORKER_REDIS_URL)
+    assert list(work_tree.iterdir()) == []  # nothing left where it was started
+
+
+def test_flower_broker_api_goes_to_flower_by_its_environment(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_BROKER_API", "x")  # recorded, so the test's value is undone
+    monkeypatch.delenv("FLOWER_BROKER_API")
+    api = "http://guest:s3cret@rabbit:15672/api/"
+    out = ok("flower", "--dry-run", "--broker-api", api).stdout
+    assert (
+        "FLOWER_BROKER_API=http://guest:***REDACTED***@rabbit:15672/api/ (in the environment)"
+        in out
+    )
+    assert "s3cret" not in out and "broker" not in out.splitlines()[-1]  # never in argv
+    assert os.environ["FLOWER_BROKER_API"] == api  # what exec'd Flower reads
+    for bad in ("rabbit:15672", "amqp://guest@rabbit//", "http://"):
+        assert "management API" in fails(2, "flower", "--dry-run", "--broker-api", bad)
+    helped = " ".join(ok("flower", "--help").stdout.split())
+    assert "RabbitMQ" in helped and "--broker-api" in helped and "needs the Redis" not in helped
 
 
 def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
