@@ -2,7 +2,8 @@
 
 Settings come from the environment (PLANQ_DATABASE_URL, PLANQ_BROKER_URL, …) and the app is
 built only when a command needs it, so `planq --help` is instant and needs no services.
-Exit codes: 0 ok, 1 refused (or timed out), 2 bad input, 3 ledger or broker unavailable.
+Exit codes: 0 ok, 1 refused (or timed out, or the watched job failed), 2 bad input, 3 ledger
+or broker unavailable, 4 the watched job was cancelled (cli/output.py has the list).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ app = typer.Typer(
     help="Run plan phases as Celery jobs with a durable SQL job ledger.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    epilog="Exit codes: 0 ok, 1 refused or timed out, 2 bad input, 3 ledger/broker unavailable.",
+    epilog="Exit codes: 0 ok, 1 refused, timed out or the watched job failed, 2 bad input, "
+    "3 ledger/broker unavailable, 4 the watched job was cancelled.",
 )
 db_app = typer.Typer(help="The ledger database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")

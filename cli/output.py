@@ -4,9 +4,11 @@ Exit codes (stable, for scripts):
 
 * 0  done
 * 1  refused: the ledger said no (cancel a finished job, retry a succeeded one, a phase out of
-  order), or a wait timed out
+  order), a wait timed out, or the job a wait followed failed
 * 2  bad input: invalid or unknown id, invalid option value, invalid setting
 * 3  unavailable: the ledger database or the broker cannot be reached
+* 4  cancelled: the job a wait followed was cancelled
+* 130  interrupted (Ctrl-C) while waiting; the job keeps running
 
 A user error is ONE line on stderr, never a traceback; a bug still shows its traceback.
 """
@@ -31,6 +33,8 @@ OK = 0
 REFUSED = 1
 BAD_INPUT = 2
 UNAVAILABLE = 3
+CANCELLED = 4
+INTERRUPTED = 130  #: the shell's own code for a SIGINT
 
 #: A whole ISO-8601 timestamp with its offset, as the domain's as_cli_dict writes them.
 _ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)")
@@ -67,6 +71,27 @@ class TimedOut(CliError):
 
     code = REFUSED
     label = "timeout"
+
+
+class JobFailed(CliError):
+    """The job a wait followed ended failed (exit 1), with its redacted error."""
+
+    code = REFUSED
+    label = "failed"
+
+
+class JobCancelled(CliError):
+    """The job a wait followed was cancelled (exit 4: a script tells it from a failure)."""
+
+    code = CANCELLED
+    label = "cancelled"
+
+
+class Interrupted(CliError):
+    """Ctrl-C during a wait (exit 130): the wait stops, the job does not."""
+
+    code = INTERRUPTED
+    label = "interrupted"
 
 
 class Unavailable(CliError):

@@ -106,8 +106,8 @@ def queue_phase(plan_ids: list[str], phase_name: str, as_json: bool) -> None:
     docs = [
         {"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None} for plan, job in queued
     ]
-    for _, job in queued:
-        if job is not None and job.dispatched_at is None:
+    for _, job in queued:  # a job a worker already took got its message, stamped or not
+        if job is not None and job.status.value == "queued" and job.dispatched_at is None:
             warn(f"job {job.job_id} is queued but its message was not sent; the relay will send it")
     if as_json:
         emit_json(docs[0] if len(plan_ids) == 1 else docs)
@@ -148,7 +148,11 @@ def watch(
     ] = 0.5,
     as_json: JsonOpt = False,
 ) -> None:
-    """Live progress bars of the plan's jobs until every one has ended (exit 0; 1 on timeout)."""
+    """Live progress bars of the plan's jobs until every one has ended.
+
+    Exits as the latest job ended: 0 succeeded, 1 failed (its error on stderr), 4 cancelled;
+    1 on timeout. Ctrl-C (130) stops the watching only: the job keeps running.
+    """
     from planq.cli.watch import watch_plan
 
     limits.check_watch(timeout, interval)

@@ -14,6 +14,7 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,14 +93,63 @@ def worker(
     run(celery_argv("worker", *options, *ctx.args), dry_run)
 
 
-def beat(ctx: typer.Context, loglevel: LogLevel = "INFO", dry_run: DryRun = False) -> None:
+SCHEDULE_FILE = "celerybeat-schedule"
+
+
+def state_dir() -> Path:
+    """Where planq keeps a process's own state: $XDG_STATE_HOME/planq (~/.local/state/planq).
+
+    Created on first use. Where it cannot be (a home that is not writable, as for a service
+    user), a directory of this user's under the system's temporary directory.
+    """
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    for where in (Path(base) / "planq", Path(tempfile.gettempdir()) / f"planq-{os.getuid()}"):
+        try:
+            where.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError:
+            continue
+        if os.access(where, os.W_OK):
+            return where
+    raise BadInput("no writable state directory for beat's schedule: pass --schedule PATH")
+
+
+def beat(
+    ctx: typer.Context,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule",
+            "-s",
+            help="Beat's schedule file (when each entry last ran). "
+            "Default: $XDG_STATE_HOME/planq/celerybeat-schedule, never the current directory.",
+            show_default=False,
+        ),
+    ] = None,
+    loglevel: LogLevel = "INFO",
+    dry_run: DryRun = False,
+) -> None:
     """Run Celery beat: maintenance sweeps and scheduled recoverable runs."""
-    run(celery_argv("beat", f"--loglevel={loglevel}", *ctx.args), dry_run)
+    path = schedule or str(state_dir() / SCHEDULE_FILE)  # Celery's default: ./ (a work tree)
+    run(celery_argv("beat", f"--schedule={path}", f"--loglevel={loglevel}", *ctx.args), dry_run)
 
 
 #: Flower reads its options from FLOWER_* variables too: the credentials travel this way, so
 #: they never show in the process list (`ps`) the way a --basic-auth argument would.
 FLOWER_AUTH_ENV = "FLOWER_BASIC_AUTH"
+FLOWER_BROKER_API_ENV = "FLOWER_BROKER_API"
+
+
+def check_broker_api(value: str) -> str:
+    """An http(s) URL of RabbitMQ's management API; BadInput otherwise."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "\x00" in value:
+        raise BadInput(
+            f"--broker-api / {FLOWER_BROKER_API_ENV} must be RabbitMQ's management API URL, "
+            "e.g. http://user:password@rabbit:15672/api/"
+        )
+    return value
 
 
 def check_basic_auth(value: str) -> str:
@@ -128,19 +178,37 @@ def flower(
             show_envvar=True,
         ),
     ] = None,
+    broker_api: Annotated[
+        str | None,
+        typer.Option(
+            "--broker-api",
+            envvar=FLOWER_BROKER_API_ENV,
+            help="RabbitMQ's management API (http://user:password@host:15672/api/): fills "
+            "Flower's Broker page on an amqp:// broker.",
+            show_default=False,
+            show_envvar=True,
+        ),
+    ] = None,
     dry_run: DryRun = False,
 ) -> None:
-    """Run Flower (needs the Redis broker: task events and remote control).
+    """Run Flower on planq's broker (Redis, or RabbitMQ with --broker-api for its Broker page).
 
-    Without --basic-auth or FLOWER_BASIC_AUTH, Flower asks for no password: bind it to a
-    private network only.
+    Task events and remote control work on both. Without --basic-auth or FLOWER_BASIC_AUTH,
+    Flower asks for no password: bind it to a private network only.
     """
+    from planq.domain.redaction import redact_secrets
+
     argv = celery_argv("flower", f"--port={port}", *ctx.args)
     if basic_auth:
         os.environ[FLOWER_AUTH_ENV] = check_basic_auth(basic_auth)  # exec'd Flower reads it
         if dry_run:
             users = ",".join(pair.partition(":")[0] for pair in basic_auth.split(","))
             typer.echo(f"{FLOWER_AUTH_ENV}={users}:*** (in the environment)")
+    if broker_api:  # by the environment too: its URL usually carries a password
+        os.environ[FLOWER_BROKER_API_ENV] = check_broker_api(broker_api)
+        if dry_run:
+            shown = redact_secrets(broker_api)
+            typer.echo(f"{FLOWER_BROKER_API_ENV}={shown} (in the environment)")
     run(argv, dry_run)
 
 

@@ -1,4 +1,9 @@
-"""`planq plans watch`: poll the ledger and draw one progress bar per phase job until all end."""
+"""`planq plans watch`: poll the ledger and draw one progress bar per phase job until all end.
+
+It exits as the plan's latest job ended, so `planq plans execute ID && planq plans watch ID`
+stops a script on a failure: 0 succeeded, 1 failed (with the job's redacted error), 4
+cancelled; 1 on timeout too, and 130 on Ctrl-C, which stops the watching, not the job.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,17 @@ import time
 from typing import Any
 
 from planq.cli.context import Planq
-from planq.cli.output import TimedOut, console, emit_json, percent, status_style
+from planq.cli.output import (
+    CliError,
+    Interrupted,
+    JobCancelled,
+    JobFailed,
+    TimedOut,
+    console,
+    emit_json,
+    percent,
+    status_style,
+)
 from planq.cli.views import job_dict
 
 
@@ -20,6 +35,35 @@ def snapshot(session: Planq, plan_id: str) -> tuple[Any, list[Any]]:
 def all_ended(jobs: list[Any]) -> bool:
     """Whether every job is terminal (a plan with no jobs has nothing to wait for)."""
     return all(job.is_terminal for job in jobs)
+
+
+def outcome(jobs: list[Any]) -> CliError | None:
+    """How the plan's latest job ended, as the error to exit with; None if it succeeded.
+
+    Only the latest job counts: the plan's jobs run one at a time, in the order listed, so
+    a failed attempt that was retried (or re-queued) and then succeeded is history.
+    """
+    if not jobs:
+        return None
+    job = jobs[-1]
+    what = f"job {job.job_id} ({job.phase.value}, try {job.attempt})"
+    if job.status.value == "failed":
+        return JobFailed(f"{what} failed: {job.error_message or 'no error recorded'}")
+    if job.status.value == "cancelled":
+        return JobCancelled(f"{what} was cancelled")
+    return None
+
+
+def interrupted(jobs: list[Any]) -> Interrupted:
+    """Ctrl-C: say that the jobs keep running, and how to stop them."""
+    live = [j for j in jobs if not j.is_terminal]
+    if not live:
+        return Interrupted("stopped watching")
+    ids = " ".join(j.job_id for j in live)
+    verb = "keeps" if len(live) == 1 else "keep"
+    return Interrupted(
+        f"stopped watching; job {ids} {verb} running (cancel: `planq jobs cancel {live[0].job_id}`)"
+    )
 
 
 #: Below this console width the worker column is left out, so the bars keep their room.
@@ -64,7 +108,10 @@ def render(plan: Any, jobs: list[Any], elapsed: float, width: int = WIDE) -> Any
 def watch_plan(
     session: Planq, plan_id: str, timeout: float, interval: float, as_json: bool
 ) -> None:
-    """Poll until every job ends; TimedOut (exit 1) when timeout passes first."""
+    """Poll until every job ends, then exit as the latest one ended (see `outcome`).
+
+    TimedOut (exit 1) when timeout passes first; Interrupted (exit 130) on Ctrl-C.
+    """
     from rich.live import Live
 
     start = time.monotonic()
@@ -82,6 +129,8 @@ def watch_plan(
                 break
             time.sleep(min(interval, remaining))  # --timeout holds whatever --interval says
             plan, jobs = snapshot(session, plan_id)
+    except KeyboardInterrupt:
+        raise interrupted(jobs) from None
     finally:
         if live is not None:
             live.stop()
@@ -93,3 +142,6 @@ def watch_plan(
     if not done:
         pending = ", ".join(f"{j.job_id} ({j.status.value})" for j in jobs if not j.is_terminal)
         raise TimedOut(f"after {timeout:g}s these jobs have not ended: {pending}")
+    ended = outcome(jobs)
+    if ended is not None:
+        raise ended

@@ -174,7 +174,11 @@ class JobStore(Protocol):
         """Delete terminal rows finished before cutoff, in bounded batches; how many."""
 
     def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
-        """Stamp live rows as published (again), one statement; how many were stamped."""
+        """Stamp rows as published (again), one statement; how many were stamped.
+
+        Live rows, and ended rows a worker claimed (the stamp may trail a fast worker); not
+        a row that ended unclaimed.
+        """
 
     def list_dispatch_due(
         self, never_sent_before: datetime, resent_before: datetime, limit: int = 100

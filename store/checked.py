@@ -226,7 +226,7 @@ class CheckedJobStore(ABC):
         return self._delete_terminal_before(cutoff, batch_size)
 
     def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
-        """Stamp live rows as published (again); how many were stamped."""
+        """Stamp live or claimed rows as published (again); how many were stamped."""
         ids = check_ids("job_ids", job_ids)
         check_moment("now", now)
         return self._mark_dispatched(ids, now)

@@ -21,10 +21,17 @@ from planq.domain.redaction import redact_secrets
 DEFAULT_SQLITE_BUSY_MS = 30_000
 
 
+#: What a URL may call PostgreSQL: SQLAlchemy's name, and the `postgres://` many hosts use.
+POSTGRES_BACKENDS = ("postgresql", "postgres")
+
+
 def normalise_url(url: str) -> str:
-    """Use psycopg 3 for PostgreSQL whatever driver the URL names."""
+    """Use psycopg 3 for PostgreSQL whatever driver (or `postgres://` scheme) the URL names."""
     parsed = make_url(url)
-    if parsed.get_backend_name() == "postgresql" and parsed.drivername != "postgresql+psycopg":
+    if (
+        parsed.get_backend_name().lower() in POSTGRES_BACKENDS
+        and parsed.drivername != "postgresql+psycopg"
+    ):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 

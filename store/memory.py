@@ -335,13 +335,13 @@ class InMemoryJobStore(CheckedJobStore):
             return len(doomed)
 
     def _mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
-        """Stamp live rows as published; how many."""
+        """Stamp live or claimed rows as published; how many (see the SQL store's)."""
         stamped = 0
         with self._shared.lock:
             for job_id in job_ids:
                 row = self._rows.get(job_id)
-                if row is None or row.is_terminal:  # a fast worker may have claimed it already
-                    continue
+                if row is None or (row.is_terminal and row.started_at is None):
+                    continue  # ended unclaimed: its message, if any, reached no worker
                 self._rows[job_id] = row.model_copy(
                     update={"dispatched_at": now, "dispatch_count": row.dispatch_count + 1}
                 )

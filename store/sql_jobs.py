@@ -331,13 +331,18 @@ class SqlJobStore(CheckedJobStore):
                 return total
 
     def _mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
-        """DISPATCHED: stamp live rows and count the publish (one statement per batch)."""
+        """DISPATCHED: stamp live rows, or rows a worker claimed, and count the publish.
+
+        One statement per batch. The stamp trails the publish by up to ~100 ms, so a fast
+        worker may have run the job already: a row that was claimed got its message. A row
+        that ended without a claim (never picked up, cancelled while queued) is left alone.
+        """
         stamped = 0
         with self.db.connection("dispatch stamp") as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
                 stamped += conn.execute(
                     update(J)
-                    .where(J.job_id.in_(batch), J.status.in_(_LIVE))
+                    .where(J.job_id.in_(batch), or_(J.status.in_(_LIVE), J.started_at.is_not(None)))
                     .values(dispatched_at=now, dispatch_count=J.dispatch_count + 1)
                 ).rowcount
         return stamped

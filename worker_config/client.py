@@ -1,4 +1,4 @@
-"""From Python: create a plan, queue its phases, wait for and read its jobs.
+"""From Python: create a plan, queue its phases, wait for, read, cancel and retry its jobs.
 
 Thin functions over what planq already has (the phase tasks, the lifecycle service, the
 ledger result backend), so a producer needs no Celery or ledger plumbing of its own::
@@ -9,9 +9,15 @@ ledger result backend), so a producer needs no Celery or ledger plumbing of its 
     result = client.queue_phase(plan.plan_id, "strategize")  # an AsyncResult; id = job id
     info = client.wait_for_job(result.id, timeout=60)  # the finished job's ledger view
     job = client.get_job(result.id)  # the AsyncJob row itself
+    client.get_plan(plan.plan_id).label  # e.g. 'Strategize/COMPLETE'
+    client.list_jobs(status="failed", limit=20)  # newest first, as `planq jobs list`
+    client.cancel_job(job_id)  # the row after: cancelled, or asked to stop
+    again = client.retry_job(job_id)  # a failed/cancelled job's next attempt (AsyncResult)
 
 Every function takes an optional `app` (default: `worker_config.app`, configured from the
-`PLANQ_*` environment). Waiting blocks the caller: call it from a producer, never from a
+`PLANQ_*` environment). Each is a thin door onto what the CLI and the API use too (the
+ledger's stores, `AsyncWorker.cancel_job` / `retry_job`), never a second implementation.
+Waiting blocks the caller: call it from a producer, never from a
 task body (Celery refuses `AsyncResult.get()` inside a task).
 """
 
@@ -23,10 +29,16 @@ from typing import Any
 from celery import Celery
 from celery.result import AsyncResult
 
-from planq.domain.errors import ConfigurationError, JobNotFoundError
+from planq.domain.errors import (
+    ConfigurationError,
+    InvalidJobTransitionError,
+    InvalidPlanTransitionError,
+    JobNotFoundError,
+    PlanNotFoundError,
+)
 from planq.domain.ids import require_ulid
-from planq.domain.jobs import AsyncJob
-from planq.domain.plans import Plan, PlanPhase
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase, PlanStatus, plan_label
 from planq.tasks.result_backend import read_job
 from planq.tasks.runtime import runtime_for
 
@@ -95,4 +107,90 @@ def get_job(job_id: str, *, app: Celery | None = None) -> AsyncJob:
     return job
 
 
-__all__ = ["create_plan", "get_job", "queue_phase", "queue_phases", "wait_for_job"]
+def get_plan(plan_id: str, *, app: Celery | None = None) -> Plan:
+    """The plan now (its phase and status: `.label`, e.g. 'Execute/RUNNING'; its steps).
+
+    Raises InvalidIdError for an id that is not a ULID, PlanNotFoundError for an unknown one.
+    """
+    plan = runtime_for(_app(app)).plans.get(require_ulid("plan_id", plan_id))
+    if plan is None:
+        raise PlanNotFoundError(plan_id)
+    return plan
+
+
+def list_jobs(
+    *,
+    status: AsyncJobStatus | str | None = None,
+    plan_id: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    app: Celery | None = None,
+) -> list[AsyncJob]:
+    """One page of job rows, newest first (as `planq jobs list`), by status and/or plan.
+
+    `limit` and `offset` are checked by the store (BoundsError past `MAX_LIST_LIMIT` or
+    below 0); a status that is not a job status is a ValueError.
+    """
+    wanted = AsyncJobStatus(status) if status is not None else None
+    plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
+    jobs = runtime_for(_app(app)).jobs
+    return jobs.list_recent(wanted, plan, limit=limit, offset=offset)
+
+
+def cancel_job(job_id: str, *, app: Celery | None = None) -> AsyncJob:
+    """Cancel a job, as `planq jobs cancel` does; the row after the cancel.
+
+    A queued job ends `cancelled` at once. A running one is asked to stop: the row keeps
+    `running` with `cancel_requested_at` set until its executor reaches a safe point and it
+    ends `cancelled` (follow it with `wait_for_job`, which then raises JobCancelledError).
+    Raises JobNotFoundError for an unknown id and InvalidJobTransitionError for a job that
+    had already ended (nothing written).
+    """
+    rt = runtime_for(_app(app))
+    job_id = require_ulid("job_id", job_id)
+    if not rt.worker.cancel_job(job_id):  # the one cancel: ledger write, token, broadcast
+        now = rt.jobs.get(job_id)
+        if now is None:
+            raise JobNotFoundError(job_id)
+        raise InvalidJobTransitionError(job_id, now.status.value, AsyncJobStatus.cancelled.value)
+    after = rt.jobs.get(job_id)
+    if after is None:  # removed by the TTL cleanup in between
+        raise JobNotFoundError(job_id)
+    return after
+
+
+def retry_job(job_id: str, *, app: Celery | None = None) -> AsyncResult:
+    """Queue the next attempt of a failed or cancelled job, as `planq jobs retry` does.
+
+    A NEW row (attempt + 1, `retry_of` = job_id, the checkpoint carried), then its message;
+    returns its AsyncResult (id = the new job id). Raises JobNotFoundError for an unknown
+    id, InvalidJobTransitionError unless the job failed or was cancelled,
+    PlanNotFoundError when its plan is gone, and InvalidPlanTransitionError when it was
+    retried already or its plan has moved on (nothing written in each case).
+    """
+    application = _app(app)
+    rt = runtime_for(application)
+    job = get_job(job_id, app=application)
+    if job.status not in (AsyncJobStatus.failed, AsyncJobStatus.cancelled):
+        raise InvalidJobTransitionError(job.job_id, job.status.value, "retried")
+    new, _published = rt.worker.retry_job(job)  # an unpublished row is the relay's to send
+    if new is None:
+        plan = get_plan(job.plan_id, app=application)
+        raise InvalidPlanTransitionError(
+            plan.plan_id, plan.label, plan_label(job.phase, PlanStatus.queued)
+        )
+    result: AsyncResult = application.AsyncResult(new.job_id)
+    return result
+
+
+__all__ = [
+    "cancel_job",
+    "create_plan",
+    "get_job",
+    "get_plan",
+    "list_jobs",
+    "queue_phase",
+    "queue_phases",
+    "retry_job",
+    "wait_for_job",
+]

@@ -101,7 +101,7 @@ def preflight(config: RuntimeConfig) -> None:
 
 
 def _is_postgres(url: str) -> bool:
-    return make_url(url).get_backend_name() == "postgresql"
+    return make_url(normalise_url(url)).get_backend_name() == "postgresql"
 
 
 def _unreachable(url: str, exc: DBAPIError) -> LedgerUnavailableError:

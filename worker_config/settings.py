@@ -4,16 +4,20 @@ An invalid value is ONE line naming the variable and the rule, for example
 `PLANQ_HEARTBEAT_INTERVAL=400: must be below PLANQ_JOB_TIMEOUT (300), …`. Every number
 is bounded (durations finite and at most ten years, counts capped), so no value starts
 fine and then fails in every sweep; the ledger URL must name SQLite or PostgreSQL.
-Secrets are never echoed: URLs are shown with their passwords redacted.
+Secrets are never echoed: URLs are shown with their passwords redacted. A PLANQ_* name
+that is no setting but close to one (PLANQ_JOB_TIMOUT) is warned about, once, with the
+setting it likely meant.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import os
 import re
 import threading
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le
@@ -31,6 +35,9 @@ logger = logging.getLogger("planq.settings")
 DEFAULT_DATABASE_URL = "sqlite:///planq.db"
 #: The databases the ledger runs on (SQLAlchemy backend names).
 LEDGER_BACKENDS = ("sqlite", "postgresql")
+#: Other names for them: `postgres://` is what many hosts and tools hand out (libpq reads
+#: it; SQLAlchemy does not), so it is read as `postgresql://`.
+BACKEND_ALIASES = {"postgres": "postgresql"}
 _URL = re.compile(r"(?P<backend>[A-Za-z][\w.-]*?)(?:\+[\w.-]+)?://")
 _EXECUTOR_REF = re.compile(r"[A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)?")
 _PHASES = ("strategize", "execute", "apply")
@@ -40,6 +47,11 @@ _MAX_SHOWN = 80
 
 _warned_lock = threading.Lock()
 _warned_default_ledger = False
+_warned_unknown: set[str] = set()
+#: How close (difflib's ratio, names without `PLANQ_`) an unknown name must be to a setting's
+#: to be warned about as its misspelling: PLANQ_JOB_TIMOUT, not PLANQ_WORKER_QUEUES (compose's
+#: own knob) or a test harness's PLANQ_TEST_*.
+TYPO_CUTOFF = 0.75
 
 
 def _seconds(default: float | None, *, ge: float | None = None) -> Any:
@@ -176,7 +188,8 @@ class PlanqSettings(BaseSettings):
 def check_database_url(url: str) -> str:
     """url, if it names a database the ledger runs on; else a one-line ConfigurationError.
 
-    For callers that take a ledger URL of their own (`planq db upgrade --url`).
+    A `postgres://` (or `postgres+driver://`) URL comes back as `postgresql://`, the rest of
+    it unchanged. For callers that take a ledger URL of their own too.
     """
     match = _URL.match(url)
     if match is None:
@@ -185,10 +198,14 @@ def check_database_url(url: str) -> str:
             "sqlite:///path/planq.db or postgresql://user@host:5432/planq"
         )
     backend = match["backend"].lower()
+    if backend in BACKEND_ALIASES:
+        backend = BACKEND_ALIASES[backend]
+        url = backend + url[match.end("backend") :]
     if backend not in LEDGER_BACKENDS:
         raise ConfigurationError(
             f"PLANQ_DATABASE_URL={_show('database_url', url)}: the ledger runs on SQLite or "
-            f"PostgreSQL (sqlite:///path or postgresql://user@host/db), not {backend!r}"
+            f"PostgreSQL (sqlite:///path, or postgresql:// or postgres://user@host/db), "
+            f"not {backend!r}"
         )
     return url
 
@@ -198,7 +215,8 @@ def load_settings(**overrides: object) -> PlanqSettings:
 
     An unset PLANQ_DATABASE_URL with a real broker logs a warning (once per process)
     naming the SQLite file in use: a fleet whose members each use their own ./planq.db
-    looks empty from everywhere else.
+    looks empty from everywhere else. So does a PLANQ_* variable that is no setting but
+    looks like one misspelt (`warn_unknown_variables`): it would be ignored silently.
     """
     try:
         settings = PlanqSettings(**overrides)  # type: ignore[arg-type]
@@ -207,7 +225,34 @@ def load_settings(**overrides: object) -> PlanqSettings:
     except SettingsError as exc:  # a value pydantic-settings could not decode
         raise ConfigurationError(f"PLANQ settings: {exc}") from None
     _warn_default_ledger(settings)
+    warn_unknown_variables(os.environ)
     return settings
+
+
+def misspelt_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """{unknown PLANQ_* name: the setting it most likely meant}, for names close to one."""
+    fields = [name.upper() for name in PlanqSettings.model_fields]
+    found: dict[str, str] = {}
+    for name in environ:
+        upper = name.upper()
+        if not upper.startswith("PLANQ_") or upper[6:] in fields:
+            continue
+        close = difflib.get_close_matches(upper[6:], fields, n=1, cutoff=TYPO_CUTOFF)
+        if close:
+            found[name] = f"PLANQ_{close[0]}"
+    return found
+
+
+def warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    """One warning line per misspelt PLANQ_* name, once per process: it is being ignored."""
+    for name, meant in sorted(misspelt_settings(environ).items()):
+        with _warned_lock:
+            if name in _warned_unknown:
+                continue
+            _warned_unknown.add(name)
+        logger.warning(
+            "%s is not a planq setting and is ignored; did you mean %s?", _clip(name), meant
+        )
 
 
 def describe(exc: ValidationError) -> str:

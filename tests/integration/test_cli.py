@@ -284,6 +284,34 @@ def test_strategize_commits_the_row_then_publishes_it(
     ]
 
 
+def test_a_job_that_failed_before_its_stamp_is_not_reported_unsent(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    """A fast worker ends the job between the publish and the stamp: no false warning.
+
+    The worker here is the ledger's own claim and finish, run the moment the broker took the
+    message (Celery's after_task_publish), so the job has failed before the CLI stamps it.
+    """
+    plan = ledger.plan("a")
+
+    def fast_worker(headers: Any = None, **_: Any) -> None:
+        claimed = ledger.ledger.claim(headers["id"], "fast-worker")
+        assert claimed is not None
+        assert ledger.ledger.finish(claimed.job, AsyncJobStatus.failed, "ValueError: bad step")
+
+    after_task_publish.connect(fast_worker, weak=False)
+    try:
+        result = ok("plans", "strategize", plan.plan_id, "--json")
+    finally:
+        after_task_publish.disconnect(fast_worker)
+    job = json.loads(result.stdout)["job"]
+    assert (job["status"], job["dispatched"]) == ("failed", True)
+    assert "not sent" not in result.stderr and "warning" not in result.stderr
+    shown = ok_json("jobs", "show", job["job_id"])
+    assert (shown["dispatched"], shown["dispatch_count"]) == (True, 1)
+    assert shown["dispatched_at"] is not None
+
+
 def test_a_phase_out_of_order_is_refused_and_writes_nothing(
     env: dict[str, str], ledger: Ledger
 ) -> None:
@@ -313,13 +341,89 @@ def test_publishing_refuses_the_in_process_memory_broker(
     assert len(ledger.jobs.list_by_plan(failed.plan_id)) == 1
 
 
-def test_watch_exits_0_once_every_job_has_ended(env: dict[str, str], ledger: Ledger) -> None:
+def test_watch_exits_0_once_every_job_has_succeeded(env: dict[str, str], ledger: Ledger) -> None:
+    job = ledger.ended(AsyncJobStatus.succeeded)
+    out = ok("plans", "watch", job.plan_id, "--timeout", 5).stdout
+    assert job.job_id in out and "succeeded" in out
+    doc = ok_json("plans", "watch", job.plan_id, "--timeout", 5)
+    assert doc["done"] is True and [j["status"] for j in doc["jobs"]] == ["succeeded"]
+
+
+def test_watch_exits_1_with_the_error_when_the_job_failed(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    """`execute && watch` must stop a script on a failure, and say what failed."""
+    job = ledger.ended(AsyncJobStatus.failed)  # its error: "boom"
+    line = fails(1, "plans", "watch", job.plan_id, "--timeout", 5)
+    assert line.startswith("planq: failed:") and job.job_id in line and line.endswith(": boom")
+    result = planq("plans", "watch", job.plan_id, "--timeout", 5, "--json")
+    assert result.exit_code == 1 and "boom" in result.stderr
+    doc = json.loads(result.stdout)  # the JSON document still comes, for scripts
+    assert doc["done"] is True and doc["jobs"][0]["error_message"] == "boom"
+
+
+def test_watch_exits_4_when_the_job_was_cancelled(env: dict[str, str], ledger: Ledger) -> None:
     job = ledger.queued()
     ledger.ledger.cancel(job.job_id)
-    out = ok("plans", "watch", job.plan_id, "--timeout", 5).stdout
-    assert job.job_id in out and "cancelled" in out
-    doc = ok_json("plans", "watch", job.plan_id, "--timeout", 5)
-    assert doc["done"] is True and [j["status"] for j in doc["jobs"]] == ["cancelled"]
+    line = fails(4, "plans", "watch", job.plan_id, "--timeout", 5)
+    assert line == f"planq: cancelled: job {job.job_id} (strategize, try 1) was cancelled"
+    assert planq("plans", "watch", job.plan_id, "--json").exit_code == 4
+
+
+def test_watch_follows_the_latest_try_not_a_failure_it_replaced(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    failed = ledger.ended(AsyncJobStatus.failed)
+    retry = ledger.ledger.retry(failed)
+    assert retry is not None
+    claimed = ledger.ledger.claim(retry.job_id, "worker-test-2")
+    assert claimed is not None and ledger.ledger.finish(claimed.job, AsyncJobStatus.succeeded)
+    doc = ok_json("plans", "watch", failed.plan_id, "--timeout", 5)
+    assert [j["status"] for j in doc["jobs"]] == ["failed", "succeeded"]
+
+
+def test_ctrl_c_in_watch_says_the_job_keeps_running_and_how_to_cancel_it(
+    env: dict[str, str], ledger: Ledger
+) -> None:
+    """A person at a terminal: the bars are drawn, Ctrl-C stops the watching, not the job."""
+    import pty
+    import select
+
+    job = ledger.running()
+    main, child = pty.openpty()
+    watch = subprocess.Popen(
+        [_planq_script(), "plans", "watch", job.plan_id, "--interval", "0.1"],
+        env=_process_env(**env, COLUMNS="200"),
+        stdin=child,
+        stdout=child,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    os.close(child)
+    drawn = bytearray()
+    try:
+
+        def bars_drawn() -> bool:
+            assert watch.poll() is None, watch.stderr.read() if watch.stderr else b""
+            if select.select([main], [], [], 0.2)[0]:
+                drawn.extend(os.read(main, 65536))
+            return job.job_id.encode() in drawn and b"running" in drawn
+
+        wait_for(bars_drawn, timeout=60, interval=0, what="the watch to draw the running job")
+        watch.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
+        _, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            os.killpg(watch.pid, signal.SIGKILL)
+            watch.wait(10)
+        os.close(main)
+    lines = err.decode().strip().splitlines()
+    assert watch.returncode == 130 and len(lines) == 1, err
+    assert lines[0] == (
+        f"planq: interrupted: stopped watching; job {job.job_id} keeps running "
+        f"(cancel: `planq jobs cancel {job.job_id}`)"
+    )
+    assert ledger.get(job.job_id).status is AsyncJobStatus.running  # the job was not touched
 
 
 def test_watch_times_out_with_exit_1(env: dict[str, str], ledger: Ledger) -> None:
@@ -670,11 +774,11 @@ def test_service_wrappers_exec_celery_with_planq_defaults(
         "--loglevel=INFO",
         "--without-gossip",
     ]
-    assert ok("beat", "--dry-run", "-s", "/tmp/sched").stdout.split()[3:] == [
+    assert ok("beat", "--dry-run", "-s", "/tmp/sched", "--max-interval=5").stdout.split()[3:] == [
         "beat",
+        "--schedule=/tmp/sched",
         "--loglevel=INFO",
-        "-s",
-        "/tmp/sched",
+        "--max-interval=5",
     ]
     assert ok("flower", "--dry-run", "--port", 5599).stdout.split()[3:] == ["flower", "--port=5599"]
 
@@ -692,6 +796,75 @@ def test_flower_basic_auth_goes_to_flower_by_its_environment(
     assert "FLOWER_BASIC_AUTH=from:***" in ok("flower", "--dry-run").stdout
     for bad in ("nocolon", ":nouser", "user:", "a:b,,c:d"):
         assert "USER:PASSWORD" in fails(2, "flower", "--dry-run", "--basic-auth", bad)
+
+
+def test_beat_keeps_its_schedule_file_out_of_the_work_tree(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    argv = ok("beat", "--dry-run").stdout.split()
+    assert f"--schedule={tmp_path / 'state' / 'planq' / 'celerybeat-schedule'}" in argv
+    assert (tmp_path / "state" / "planq").is_dir()
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    argv = ok("beat", "--dry-run").stdout.split()
+    assert (
+        f"--schedule={tmp_path / 'home' / '.local' / 'state' / 'planq' / 'celerybeat-schedule'}"
+        in argv
+    )
+    assert "XDG_STATE_HOME" in ok("beat", "--help").stdout
+
+
+@pytest.mark.processes
+def test_a_running_beat_writes_its_schedule_in_the_state_dir_not_the_cwd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flush_redis(WORKER_REDIS_URL)
+    work_tree, state = tmp_path / "work", tmp_path / "state"
+    work_tree.mkdir()
+    values = {
+        "PLANQ_DATABASE_URL": f"sqlite:///{tmp_path / 'b.db'}",
+        "PLANQ_BROKER_URL": WORKER_REDIS_URL,
+    }
+    env = _process_env(**values, XDG_STATE_HOME=str(state))
+    beat = subprocess.Popen(
+        [_planq_script(), "beat", "--loglevel", "WARNING"], env=env, cwd=work_tree,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: beat.poll() is None and list((state / "planq").glob("celerybeat-schedule*")),
+            timeout=60,
+            what="beat to write its schedule file in the state dir",
+        )
+    finally:
+        beat.send_signal(signal.SIGTERM)
+        try:
+            beat.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(beat.pid, signal.SIGKILL)
+            beat.wait(10)
+        flush_redis(WORKER_REDIS_URL)
+    assert list(work_tree.iterdir()) == []  # nothing left where it was started
+
+
+def test_flower_broker_api_goes_to_flower_by_its_environment(
+    env: dict[str, str], ledger: Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWER_BROKER_API", "x")  # recorded, so the test's value is undone
+    monkeypatch.delenv("FLOWER_BROKER_API")
+    api = "http://guest:s3cret@rabbit:15672/api/"
+    out = ok("flower", "--dry-run", "--broker-api", api).stdout
+    assert (
+        "FLOWER_BROKER_API=http://guest:***REDACTED***@rabbit:15672/api/ (in the environment)"
+        in out
+    )
+    assert "s3cret" not in out and "broker" not in out.splitlines()[-1]  # never in argv
+    assert os.environ["FLOWER_BROKER_API"] == api  # what exec'd Flower reads
+    for bad in ("rabbit:15672", "amqp://guest@rabbit//", "http://"):
+        assert "management API" in fails(2, "flower", "--dry-run", "--broker-api", bad)
+    helped = " ".join(ok("flower", "--help").stdout.split())
+    assert "RabbitMQ" in helped and "--broker-api" in helped and "needs the Redis" not in helped
 
 
 def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:

@@ -274,6 +274,29 @@ def test_dispatch_bookkeeping(jobs: JobStore) -> None:
     assert jobs.list_dispatch_due(cutoff, cutoff) == []
 
 
+def test_a_stamp_that_trails_a_fast_worker_still_counts_the_message(jobs: JobStore) -> None:
+    """The stamp lands ~100 ms after the publish: a worker may have run the job by then.
+
+    A row some worker claimed got its message, so it is stamped whatever its status now; a
+    row that ended without ever being claimed (never picked up, cancelled while queued) is not.
+    """
+    now = utcnow()
+    ran, never = make_job(), make_job()
+    for job in (ran, never):
+        jobs.add(job)
+    assert jobs.claim(ran.job_id, "worker-a", now)
+    assert jobs.finish(ran.job_id, AsyncJobStatus.failed, now, "boom", worker_id="worker-a")
+    assert jobs.fail_queued(never.job_id, now, "never picked up") is True
+    assert jobs.mark_dispatched([ran.job_id, never.job_id], now) == 1
+    stamped, unstamped = jobs.get(ran.job_id), jobs.get(never.job_id)
+    assert stamped is not None and (stamped.dispatched_at, stamped.dispatch_count) == (now, 1)
+    assert stamped.status is AsyncJobStatus.failed  # the stamp moves nothing else
+    assert unstamped is not None and (unstamped.dispatched_at, unstamped.dispatch_count) == (
+        None,
+        0,
+    )
+
+
 def test_second_retry_of_same_job_is_refused(jobs: JobStore) -> None:
     original = make_job()
     jobs.add(original)

@@ -19,10 +19,12 @@ from celery.result import AsyncResult
 
 from planq.domain.errors import (
     InvalidIdError,
+    InvalidJobTransitionError,
     InvalidPlanTransitionError,
     JobCancelledError,
     JobFailedError,
     JobNotFoundError,
+    PlanNotFoundError,
 )
 from planq.domain.ids import new_id
 from planq.domain.jobs import AsyncJobStatus
@@ -203,3 +205,62 @@ def test_the_client_end_to_end(planq: Started) -> None:
             client.get_job("nope", app=app)
         with pytest.raises(CeleryTimeoutError):
             client.wait_for_job(new_id(), timeout=0.2, app=app)
+
+
+def test_the_client_reads_plans_lists_cancels_and_retries_jobs(planq: Started) -> None:
+    """get_plan, list_jobs, cancel_job, retry_job: the CLI's doors, from Python."""
+    with planq("slow") as (app, rt):
+        plan = client.create_plan(["a"], name="client-ops", app=app)
+        first = client.queue_phase(plan.plan_id, "strategize", app=app)
+        wait_for(lambda: (first.info or {}).get("checkpoint"), timeout=20, what="a checkpoint")
+        assert client.get_plan(plan.plan_id.lower(), app=app).label == "Strategize/RUNNING"
+
+        asked = client.cancel_job(first.id, app=app)  # running: asked to stop
+        assert asked.job_id == first.id and asked.cancel_requested_at is not None
+        with pytest.raises(JobCancelledError):
+            client.wait_for_job(first.id, timeout=30, app=app)
+        assert rt.jobs.get(first.id).status is AsyncJobStatus.cancelled  # type: ignore[union-attr]
+        with pytest.raises(InvalidJobTransitionError):  # already ended: nothing written
+            client.cancel_job(first.id, app=app)
+        assert client.get_plan(plan.plan_id, app=app).label == "Strategize/CANCELLED"
+
+        second = client.retry_job(first.id, app=app)
+        row = client.get_job(second.id, app=app)
+        assert (row.attempt, row.retry_of, row.plan_id) == (2, first.id, plan.plan_id)
+        assert row.checkpoint is not None and row.checkpoint["step"] >= 1  # carried over
+        with pytest.raises(InvalidPlanTransitionError):  # retried already
+            client.retry_job(first.id, app=app)
+        with pytest.raises(InvalidJobTransitionError):  # live: only an ended job retries
+            client.retry_job(second.id, app=app)
+
+        newest_first = client.list_jobs(plan_id=plan.plan_id, app=app)
+        assert [j.job_id for j in newest_first] == [second.id, first.id]
+        cancelled = client.list_jobs(status="cancelled", app=app)
+        assert [j.job_id for j in cancelled] == [first.id]
+        assert client.list_jobs(plan_id=plan.plan_id, limit=1, offset=1, app=app)[0].job_id == (
+            first.id
+        )
+
+        client.cancel_job(second.id, app=app)  # the retry is a real job: stop it too
+        with pytest.raises(JobCancelledError):
+            second.get(timeout=30)
+
+        with pytest.raises(PlanNotFoundError):
+            client.get_plan(new_id(), app=app)
+        with pytest.raises(JobNotFoundError):
+            client.cancel_job(new_id(), app=app)
+        with pytest.raises(JobNotFoundError):
+            client.retry_job(new_id(), app=app)
+        with pytest.raises(InvalidIdError):
+            client.list_jobs(plan_id="nope", app=app)
+        with pytest.raises(ValueError):
+            client.list_jobs(status="exploded", app=app)
+
+
+def test_the_client_cancels_a_queued_job_at_once(planq: Started) -> None:
+    with planq(start=False) as (app, _):  # no worker: the job stays queued
+        plan = client.create_plan(["a"], app=app)
+        queued = client.queue_phase(plan.plan_id, "strategize", app=app)
+        row = client.cancel_job(queued.id, app=app)
+        assert row.status is AsyncJobStatus.cancelled and row.is_terminal
+        assert queued.state == states.REVOKED

@@ -78,3 +78,20 @@ def test_check_constraints_reject_invalid_rows(
     with db.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM async_jobs")).scalar() == 0, reason
     db.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_scheme_url_opens_the_ledger(pg_url: str) -> None:
+    """`postgres://…` (what many hosts hand out) reaches the same PostgreSQL ledger."""
+    from planq.worker_config.ledger import LedgerReader
+    from planq.worker_config.preflight import check_ledger
+
+    short = "postgres://" + pg_url.split("://", 1)[1]
+    check_ledger(short)  # the worker's preflight: reachable and migrated
+    reader = LedgerReader(short)  # what the CLI's listings read through
+    try:
+        assert reader.db.dialect == "postgresql"
+        assert reader.db.engine.url.drivername == "postgresql+psycopg"
+        assert reader.plans.list_all() is not None
+    finally:
+        reader.close()

@@ -72,7 +72,7 @@ def error_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
         (
             {"PLANQ_DATABASE_URL": "mysql://x"},
             "PLANQ_DATABASE_URL=mysql://x: the ledger runs on SQLite or PostgreSQL "
-            "(sqlite:///path or postgresql://user@host/db), not 'mysql'",
+            "(sqlite:///path, or postgresql:// or postgres://user@host/db), not 'mysql'",
         ),
         (
             {"PLANQ_DATABASE_URL": "planq.db"},
@@ -281,3 +281,62 @@ def test_a_ledger_url_of_ones_own_is_checked_by_the_same_rule() -> None:
     assert check_database_url("sqlite:///ledger.db") == "sqlite:///ledger.db"
     with pytest.raises(ConfigurationError, match=r"^PLANQ_DATABASE_URL=mysql://x: .* not 'mysql'$"):
         check_database_url("mysql://x")
+
+
+@pytest.mark.parametrize(
+    ("given", "read_as"),
+    [
+        (
+            "postgres://planq:pw@db.example:5432/planq",
+            "postgresql://planq:pw@db.example:5432/planq",
+        ),
+        ("POSTGRES://planq@db/planq", "postgresql://planq@db/planq"),
+        ("postgres+psycopg://planq@db/planq", "postgresql+psycopg://planq@db/planq"),
+        ("postgresql://planq@db/planq", "postgresql://planq@db/planq"),
+    ],
+)
+def test_the_postgres_scheme_hosts_hand_out_is_read_as_postgresql(
+    monkeypatch: pytest.MonkeyPatch, given: str, read_as: str
+) -> None:
+    """Heroku, Render, Supabase, Fly… hand out postgres://; SQLAlchemy knows only postgresql."""
+    from planq.store.database import normalise_url
+    from planq.worker_config.settings import check_database_url
+
+    monkeypatch.setenv("PLANQ_DATABASE_URL", given)
+    assert load_settings().database_url == read_as
+    assert check_database_url(given) == read_as
+    assert normalise_url(given).startswith("postgresql+psycopg://")  # a Database built directly
+
+
+def test_a_misspelt_variable_is_warned_about_once_with_the_setting_it_meant(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(settings_module, "_warned_unknown", set())
+    monkeypatch.setenv("PLANQ_JOB_TIMOUT", "5")
+    monkeypatch.setenv("PLANQ_API_TOKN", "s3cret-value")
+    for unrelated in ("PLANQ_WORKER_QUEUES", "PLANQ_TEST_REDIS_URL", "PLANQ_RELIABILITY_LOG"):
+        monkeypatch.setenv(unrelated, "x")  # compose's and the harness's own: not typos
+    with caplog.at_level(logging.WARNING, logger="planq.settings"):
+        settings = load_settings()
+        load_settings()  # once per process, not once per load
+    assert settings.job_timeout == AsyncWorkerConfig().job_timeout  # ignored, as it says
+    lines = [r.getMessage() for r in caplog.records if r.name == "planq.settings"]
+    assert lines == [
+        "PLANQ_API_TOKN is not a planq setting and is ignored; did you mean PLANQ_API_TOKEN?",
+        "PLANQ_JOB_TIMOUT is not a planq setting and is ignored; did you mean PLANQ_JOB_TIMEOUT?",
+    ]
+    assert "s3cret" not in caplog.text  # the value is never shown
+
+
+def test_the_cli_says_so_on_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLANQ_")}
+    env |= {"PLANQ_DATABASE_URL": f"sqlite:///{tmp_path / 'l.db'}", "PLANQ_MAX_WORKER": "8"}
+    planq = Path(sys.executable).with_name("planq")
+    done = subprocess.run(
+        [str(planq), "plans", "list"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "planq: warning: PLANQ_MAX_WORKER is not a planq setting and is ignored; "
+        "did you mean PLANQ_MAX_WORKERS?"
+    ]
