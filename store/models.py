@@ -120,7 +120,7 @@ class AsyncJobModel(Base):
         _partial("ix_async_jobs_failures", LISTING_KEY, _in("status", FAILURES)),
         _partial("ix_async_jobs_finished_terminal", ["finished_at"], _in("status", TERMINAL)),
         Index(None, "created_at", "job_id"),  # every listing, newest first, keyset-paged
-        Index(None, "plan_id", "created_at"),  # listing by plan
+        Index(None, "plan_id", "created_at"),  # a plan's jobs (a handful: ties sort cheaply)
         {"postgresql_with": {"fillfactor": FILLFACTOR}},
     )
 
@@ -211,7 +211,8 @@ class RecoverableRunModel(Base):
             postgresql_where=text(ONE_NON_TERMINAL_RUN),
             sqlite_where=text(ONE_NON_TERMINAL_RUN),
         ),
-        Index(None, "job_name", "started_at"),  # list_runs
+        Index(None, "job_name", "started_at"),  # list_runs of one name
+        Index(None, "started_at", "id"),  # list_runs of every name, newest first
         Index(None, "status", "last_progress_at"),  # boot recovery sweep
         Index(None, "status", "completed_at"),  # purge
     )
@@ -234,7 +235,8 @@ class RunFindingModel(Base):
 
     __table_args__ = (
         CheckConstraint(_in("severity", SEVERITIES), name="severity"),
-        Index(None, "run_id", "severity"),  # severity counts and listing per run
+        Index(None, "run_id", "severity"),  # severity counts per run (index only)
+        Index(None, "run_id", "created_at", "id"),  # a run's findings page, in order
     )
 
 

@@ -12,13 +12,15 @@ could be HOT). They become:
 - ix_async_jobs_finished_terminal (finished_at) WHERE terminal: TTL cleanup, oldest first;
 - ix_async_jobs_failures (status, created_at, job_id) WHERE failed or cancelled: the
   failed-jobs listing, newest first, without walking the succeeded rows;
-- ix_async_jobs_created_at_job_id: every listing newest first, keyset-paged;
+- ix_async_jobs_created_at_job_id: every listing newest first, keyset-paged (a plan's
+  jobs keep (plan_id, created_at): a handful of rows, whose ties sort for nothing);
 - uq_async_jobs_retry_of only WHERE retry_of IS NOT NULL (first attempts are most rows).
 
 No index names last_heartbeat, dispatched_at, dispatch_count, cancel_requested_at,
 progress or checkpoint_json, so heartbeats, stamps, cancel requests and progress writes
 can be HOT on PostgreSQL; the fillfactor (PostgreSQL only) leaves room on each page for
-the new row versions. plans gets the same fillfactor (every transition updates its row,
+the new row versions. A run's findings page and the runs list get indexes in their
+order. plans gets the same fillfactor (every transition updates its row,
 and no indexed column of plans changes then) and an index in its listing's order.
 SQLite gets the same partial indexes (it has them since 3.8); fillfactor is PostgreSQL's.
 """
@@ -38,6 +40,7 @@ FAILURES = "status IN ('failed', 'cancelled')"
 TERMINAL = "status IN ('succeeded', 'failed', 'cancelled')"
 RETRIES = "retry_of IS NOT NULL"
 FILLFACTOR = 85
+RUN_FINDINGS = ["run_id", "created_at", "id"]
 
 
 def _partial(name: str, columns: list[str], where: str, unique: bool = False) -> None:
@@ -68,6 +71,8 @@ def upgrade() -> None:
     op.create_index("ix_async_jobs_created_at_job_id", "async_jobs", ["created_at", "job_id"])
     op.drop_index("ix_plans_created_at", table_name="plans")
     op.create_index("ix_plans_created_at_plan_id", "plans", ["created_at", "plan_id"])
+    op.create_index("ix_run_findings_run_id_created_at_id", "run_findings", RUN_FINDINGS)
+    op.create_index("ix_recoverable_runs_started_at_id", "recoverable_runs", ["started_at", "id"])
     if _postgres():
         for table in ("async_jobs", "plans"):
             op.execute(f"ALTER TABLE {table} SET (fillfactor = {FILLFACTOR})")
@@ -77,6 +82,8 @@ def downgrade() -> None:
     if _postgres():
         for table in ("async_jobs", "plans"):
             op.execute(f"ALTER TABLE {table} RESET (fillfactor)")
+    op.drop_index("ix_recoverable_runs_started_at_id", table_name="recoverable_runs")
+    op.drop_index("ix_run_findings_run_id_created_at_id", table_name="run_findings")
     op.drop_index("ix_plans_created_at_plan_id", table_name="plans")
     op.create_index("ix_plans_created_at", "plans", ["created_at"])
     for name in (
