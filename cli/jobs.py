@@ -31,17 +31,23 @@ def list_jobs(
     plan: Annotated[str | None, typer.Option("--plan", help="Only this plan's jobs.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many newest.")] = 0,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="Only jobs listed after this job id (the next page)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Jobs, newest first, with how many match in all."""
+    """Jobs, newest first, with how many match in all ("more than 10,000" past that)."""
     from planq.domain.ids import require_ulid
 
     limits.check_window(limit, offset)  # every input checked before the ledger is opened
     services.parse_status(status)
     if plan is not None:
         require_ulid("--plan", plan)
+    if after is not None:
+        require_ulid("--after", after)
     with planq() as session:
-        page = services.job_page(session, status, plan, limit, offset)
+        page = services.job_page(session, status, plan, limit, offset, after)
     if as_json:
         emit_json(page.header("jobs", [job_dict(j) for j in page.rows]))
     else:

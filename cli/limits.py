@@ -19,26 +19,57 @@ MAX_POLL_SECONDS = 3_600.0
 MIN_POLL_SECONDS = 0.05
 
 
+#: Totals count no further than this (one more row tells "more than"): a bounded count.
+TOTAL_CAP = MAX_PAGE_WINDOW
+
+
 @dataclass(frozen=True)
 class Page:
-    """One page of a newest-first listing and how many rows the filter matches in all."""
+    """One page of a newest-first listing and how many rows the filter matches in all.
+
+    A total over TOTAL_CAP is not counted: it is TOTAL_CAP with lower_bound set, shown as
+    "more than 10,000" (`total_is_lower_bound` in JSON). next_after is the cursor for the
+    next page (`--after` / `?after=`) when this one is full.
+    """
 
     rows: list[Any]
     total: int
     limit: int
     offset: int = 0
+    lower_bound: bool = False
+    next_after: str | None = None
+
+    @classmethod
+    def bounded(
+        cls, rows: list[Any], counted: int, limit: int, offset: int = 0, **more: Any
+    ) -> Page:
+        """A page whose total came from a count capped at TOTAL_CAP + 1."""
+        over = counted > TOTAL_CAP
+        return cls(rows, TOTAL_CAP if over else counted, limit, offset, over, **more)
+
+    def total_text(self) -> str:
+        """'1234', or 'more than 10,000' for a capped count."""
+        return f"more than {self.total:,}" if self.lower_bound else str(self.total)
 
     def showing(self) -> str:
         """'showing 50 of 1234 (newest first)' for the line under a table."""
         if not self.rows:
-            return f"showing 0 of {self.total}"
+            return f"showing 0 of {self.total_text()}"
         first, last = self.offset + 1, self.offset + len(self.rows)
         span = f"{len(self.rows)}" if self.offset == 0 else f"{first}-{last}"
-        return f"showing {span} of {self.total} (newest first)"
+        tail = f"; next page: --after {self.next_after}" if self.next_after else ""
+        return f"showing {span} of {self.total_text()} (newest first{tail})"
 
     def header(self, key: str, documents: list[Any]) -> dict[str, Any]:
-        """The JSON document: the rows under key, with total, limit and offset."""
-        return {key: documents, "total": self.total, "limit": self.limit, "offset": self.offset}
+        """The JSON document: the rows under key, with total, limit, offset and the cursor."""
+        return {
+            key: documents,
+            "total": self.total,
+            "total_is_lower_bound": self.lower_bound,
+            "limit": self.limit,
+            "offset": self.offset,
+            "next_after": self.next_after,
+        }
 
 
 def check_window(limit: int, offset: int) -> None:

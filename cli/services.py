@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from planq.cli.context import Planq
-from planq.cli.limits import Page, check_window
+from planq.cli.limits import TOTAL_CAP, Page, check_window
 from planq.cli.output import BadInput, Refused, boundary
 
 APP_MODULE = "planq.worker_config"
@@ -266,36 +266,47 @@ def find_job(session: Planq, job_id: str) -> Any:
 
 
 def list_jobs(
-    session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
+    session: Planq,
+    status: str | None,
+    plan_id: str | None,
+    limit: int,
+    offset: int = 0,
+    after: str | None = None,
 ) -> list[Any]:
-    """Jobs oldest first (the admin API's order: who has waited longest), one page."""
+    """Jobs newest first (the CLI's, the API's and the dashboard's order), one page.
+
+    after (a job id) pages by key: the jobs listed after that one. A row whose payload
+    the domain refuses is listed as an UnreadableJob naming why, not an error for the page.
+    """
     from planq.domain.ids import require_ulid
 
     check_window(limit, offset)
     wanted = parse_status(status)
     plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
+    cursor = require_ulid("after", after) if after is not None else None
     store = session.ledger.jobs
-    if plan is not None:
-        rows = [j for j in store.list_by_plan(plan) if wanted in (None, j.status)]
-    elif wanted is not None:
-        rows = store.list_by_status(wanted, offset + limit)
-    else:
-        rows = store.list_all(offset + limit)
-    return list(rows[offset : offset + limit])
+    if cursor is not None and store.get(cursor) is None:
+        raise BadInput(f"after: no job with id {after!r} (deleted?); list from the first page")
+    return list(store.list_recent(wanted, plan, limit=limit, offset=offset, after=cursor))
 
 
 def job_page(
-    session: Planq, status: str | None, plan_id: str | None, limit: int, offset: int = 0
+    session: Planq,
+    status: str | None,
+    plan_id: str | None,
+    limit: int,
+    offset: int = 0,
+    after: str | None = None,
 ) -> Page:
-    """Jobs newest first, filtered by status and/or plan, with the filter's total."""
+    """Jobs newest first, filtered by status and/or plan, with the filter's bounded total."""
     from planq.domain.ids import require_ulid
 
-    check_window(limit, offset)
     wanted = parse_status(status)
-    plan = require_ulid("--plan", plan_id) if plan_id is not None else None
-    store = session.ledger.jobs
-    rows = store.list_recent(wanted, plan, limit=limit, offset=offset)
-    return Page(rows, store.count(wanted, plan), limit, offset)
+    plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
+    rows = list_jobs(session, status, plan, limit, offset, after)
+    counted = session.ledger.jobs.count(wanted, plan, at_most=TOTAL_CAP + 1)
+    cursor = rows[-1].job_id if len(rows) == limit else None
+    return Page.bounded(rows, counted, limit, offset, next_after=cursor)
 
 
 def recent_plans(session: Planq, limit: int, offset: int = 0) -> list[Any]:
@@ -305,9 +316,9 @@ def recent_plans(session: Planq, limit: int, offset: int = 0) -> list[Any]:
 
 
 def plan_page(session: Planq, limit: int, offset: int = 0) -> Page:
-    """Plans newest first with how many there are."""
+    """Plans newest first with how many there are (bounded: "more than 10,000")."""
     rows = recent_plans(session, limit, offset)
-    return Page(rows, session.ledger.plans.count(), limit, offset)
+    return Page.bounded(rows, session.ledger.plans.count(at_most=TOTAL_CAP + 1), limit, offset)
 
 
 def run_page(session: Planq, job_name: str | None, limit: int) -> Page:

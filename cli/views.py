@@ -37,12 +37,17 @@ def job_row(job: Any) -> list[object]:
         job.job_id,
         job.plan_id,
         job.phase.value,
-        job.status.value,
+        _status_cell(job),
         job.attempt,
         percent(job.progress),
         job.worker_id,
         job.created_at,
     ]
+
+
+def _status_cell(job: Any) -> str:
+    problem = getattr(job, "problem", None)  # an UnreadableJob: say why in its row
+    return f"{job.status.value} (unreadable: {problem})" if problem else str(job.status.value)
 
 
 def print_jobs(

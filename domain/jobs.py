@@ -315,3 +315,46 @@ class AsyncJob(BaseModel):
         if self.retry_of is not None:
             out["retry_of"] = self.retry_of
         return out
+
+
+class UnreadableJob(AsyncJob):
+    """A stored job row the domain refuses (a corrupt payload or checkpoint), as stored.
+
+    Built only by a store's listing (`of`: nothing re-validated), so one bad row is listed
+    with its problem named instead of failing the whole page. It is never written back:
+    every store write re-checks the payload and refuses it.
+    """
+
+    problem: str = ""
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any], error: Exception) -> UnreadableJob:
+        """The row's columns as they are, with why the domain refuses them (one line)."""
+        fields = dict(values)
+        fields["status"] = AsyncJobStatus(fields["status"])  # the schema's CHECKs hold these
+        fields["phase"] = PlanPhase(fields["phase"])
+        return cls.model_construct(**fields, problem=_one_line(error))
+
+    @property
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The checkpoint if it parses (it may be what is wrong), else None."""
+        try:
+            return super().checkpoint
+        except ValueError:
+            return None
+
+    def as_cli_dict(self) -> dict[str, Any]:
+        """The stored fields, and `unreadable`: why the domain refuses the row."""
+        return {**super().as_cli_dict(), "unreadable": self.problem}
+
+
+def _one_line(error: Exception, limit: int = 300) -> str:
+    errors = getattr(error, "errors", None)  # pydantic's ValidationError: one line per field
+    if callable(errors):
+        text = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'row'}: {e['msg']}" for e in errors()
+        )
+    else:
+        text = f"{type(error).__name__}: {error}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

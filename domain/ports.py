@@ -89,8 +89,17 @@ class JobStore(Protocol):
     def list_by_plan(self, plan_id: str) -> list[AsyncJob]:
         """A plan's jobs, oldest first."""
 
-    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
-        """How many rows (in one status, of one plan): one cheap count, no rows read."""
+    def count(
+        self,
+        status: AsyncJobStatus | None = None,
+        plan_id: str | None = None,
+        at_most: int | None = None,
+    ) -> int:
+        """How many rows (in one status, of one plan), counting no further than at_most.
+
+        With at_most the count reads at most that many index entries (a bounded total for
+        a listing: "more than 10,000"); without it, every matching row is counted.
+        """
 
     def list_recent(
         self,
@@ -98,8 +107,14 @@ class JobStore(Protocol):
         plan_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        after: str | None = None,
     ) -> list[AsyncJob]:
-        """One page of rows, newest first (listings for people); filters as count()."""
+        """One page of rows, newest first by (created_at, job_id); filters as count().
+
+        after (a job id) pages by key: only rows older than that job in the listing's
+        order (none if it is gone). A row the domain cannot read (a corrupt payload) is
+        listed as an `UnreadableJob` naming why, so one bad row never hides the page.
+        """
 
     def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """Move each job's plan to <phase>/QUEUED (domain.transitions) and insert the jobs.
@@ -212,8 +227,8 @@ class PlanStore(Protocol):
     def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
         """One page of plans, newest first (listings for people)."""
 
-    def count(self) -> int:
-        """How many plans."""
+    def count(self, at_most: int | None = None) -> int:
+        """How many plans, counting no further than at_most (see JobStore.count)."""
 
     def remove(self, plan_id: str) -> bool:
         """Delete a plan; whether it existed."""

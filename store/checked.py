@@ -20,6 +20,7 @@ from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.store.validation import (
+    check_at_most,
     check_batch_size,
     check_checkpoint_json,
     check_error_message,
@@ -100,11 +101,17 @@ class CheckedJobStore(ABC):
         check_id("plan_id", plan_id)
         return self._list_by_plan(plan_id)
 
-    def count(self, status: AsyncJobStatus | None = None, plan_id: str | None = None) -> int:
-        """How many rows (in one status, of one plan): one cheap count, no rows read."""
+    def count(
+        self,
+        status: AsyncJobStatus | None = None,
+        plan_id: str | None = None,
+        at_most: int | None = None,
+    ) -> int:
+        """How many rows (in one status, of one plan), counting no further than at_most."""
         _optional_status(status)
         _optional_plan_id(plan_id)
-        return self._count(status, plan_id)
+        check_at_most(at_most)
+        return self._count(status, plan_id, at_most)
 
     def list_recent(
         self,
@@ -112,11 +119,14 @@ class CheckedJobStore(ABC):
         plan_id: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        after: str | None = None,
     ) -> list[AsyncJob]:
-        """One page of rows, newest first (listings for people); filters as count()."""
+        """One page of rows, newest first, optionally after a job (keyset); as count()."""
         _optional_status(status)
         check_page(limit, offset, plan_id)
-        return self._list_recent(status, plan_id, limit, offset)
+        if after is not None:
+            check_id("after", after)
+        return self._list_recent(status, plan_id, limit, offset, after)
 
     # -- the worker operations -----------------------------------------------------------
     def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
@@ -263,11 +273,18 @@ class CheckedJobStore(ABC):
     def _list_by_plan(self, plan_id: str) -> list[AsyncJob]: ...
 
     @abstractmethod
-    def _count(self, status: AsyncJobStatus | None, plan_id: str | None) -> int: ...
+    def _count(
+        self, status: AsyncJobStatus | None, plan_id: str | None, at_most: int | None
+    ) -> int: ...
 
     @abstractmethod
     def _list_recent(
-        self, status: AsyncJobStatus | None, plan_id: str | None, limit: int, offset: int
+        self,
+        status: AsyncJobStatus | None,
+        plan_id: str | None,
+        limit: int,
+        offset: int,
+        after: str | None,
     ) -> list[AsyncJob]: ...
 
     @abstractmethod
@@ -371,9 +388,10 @@ class CheckedPlanStore(ABC):
         check_page(limit, offset)
         return self._list_recent(limit, offset)
 
-    @abstractmethod
-    def count(self) -> int:
-        """How many plans (no arguments: nothing to check)."""
+    def count(self, at_most: int | None = None) -> int:
+        """How many plans, counting no further than at_most."""
+        check_at_most(at_most)
+        return self._count(at_most)
 
     def remove(self, plan_id: str) -> bool:
         """Delete a plan; whether it existed."""
@@ -394,6 +412,9 @@ class CheckedPlanStore(ABC):
 
     @abstractmethod
     def _list_recent(self, limit: int, offset: int) -> list[Plan]: ...
+
+    @abstractmethod
+    def _count(self, at_most: int | None) -> int: ...
 
     @abstractmethod
     def _remove(self, plan_id: str) -> bool: ...

@@ -117,10 +117,13 @@ class InMemoryJobStore(CheckedJobStore):
         with self._shared.lock:
             return self._sorted((j for j in self._rows.values() if j.plan_id == plan_id), None)
 
-    def _count(self, status: AsyncJobStatus | None, plan_id: str | None) -> int:
-        """How many rows (in one status, of one plan)."""
+    def _count(
+        self, status: AsyncJobStatus | None, plan_id: str | None, at_most: int | None
+    ) -> int:
+        """How many rows (in one status, of one plan), at most at_most."""
         with self._shared.lock:
-            return sum(1 for j in self._rows.values() if _wanted(j, status, plan_id))
+            n = sum(1 for j in self._rows.values() if _wanted(j, status, plan_id))
+        return n if at_most is None else min(n, at_most)
 
     def _list_recent(
         self,
@@ -128,11 +131,17 @@ class InMemoryJobStore(CheckedJobStore):
         plan_id: str | None,
         limit: int,
         offset: int,
+        after: str | None,
     ) -> list[AsyncJob]:
-        """One page of rows, newest first (job ids are ULIDs); filters as count()."""
+        """One page of rows, newest first by (created_at, job_id), after a job; as count()."""
         with self._shared.lock:
             rows = [j for j in self._rows.values() if _wanted(j, status, plan_id)]
-        rows.sort(key=lambda j: j.job_id, reverse=True)
+            cursor = None if after is None else self._rows.get(after.upper())
+        if after is not None:
+            if cursor is None:  # the cursor's row is gone: nothing is known to follow it
+                return []
+            rows = [j for j in rows if (j.created_at, j.job_id) < _key(cursor)]
+        rows.sort(key=_key, reverse=True)
         return [j.model_copy() for j in rows[offset : offset + limit]]
 
     # -- worker operations (each atomic under the lock, like one SQL statement) --------
@@ -421,15 +430,21 @@ class InMemoryPlanStore(CheckedPlanStore):
         out.reverse()
         return [p.model_copy() for p in out[offset : offset + limit]]
 
-    def count(self) -> int:
-        """How many plans."""
+    def _count(self, at_most: int | None) -> int:
+        """How many plans, at most at_most."""
         with self._shared.lock:
-            return len(self._rows)
+            n = len(self._rows)
+        return n if at_most is None else min(n, at_most)
 
     def _remove(self, plan_id: str) -> bool:
         """Delete a plan."""
         with self._shared.lock:
             return self._rows.pop(plan_id.upper(), None) is not None
+
+
+def _key(job: AsyncJob) -> tuple[datetime, str]:
+    """The listings' order: creation time, then id."""
+    return job.created_at, job.job_id
 
 
 def _wanted(job: AsyncJob, status: AsyncJobStatus | None, plan_id: str | None) -> bool:

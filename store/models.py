@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     TypeDecorator,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -38,8 +39,21 @@ def _in(column: str, values: list[str]) -> str:
 
 JOB_STATUSES = [s.value for s in AsyncJobStatus]
 TERMINAL = ["succeeded", "failed", "cancelled"]
+LIVE = ["queued", "running"]
+FAILURES = ["failed", "cancelled"]
+RETRIES = "retry_of IS NOT NULL"
+LISTING_KEY = ["status", "created_at", "job_id"]
+#: Room left on each page of the hot tables so an update's new row version fits beside
+#: the old one (a HOT update); PostgreSQL only.
+FILLFACTOR = 85
 PHASES = [p.value for p in PlanPhase]
 PLAN_STATUSES = [s.value for s in PlanStatus]
+
+
+def _partial(name: str, columns: list[str], where: str, unique: bool = False) -> Index:
+    """An index over the rows where holds only (PostgreSQL and SQLite alike)."""
+    clause = text(where)
+    return Index(name, *columns, unique=unique, postgresql_where=clause, sqlite_where=clause)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -82,7 +96,7 @@ class AsyncJobModel(Base):
     last_heartbeat: Mapped[datetime | None] = mapped_column(UTCDateTime())
     error_message: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, default=1)
-    retry_of: Mapped[str | None] = mapped_column(String(26), unique=True)
+    retry_of: Mapped[str | None] = mapped_column(String(26))
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     dispatch_count: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -99,10 +113,15 @@ class AsyncJobModel(Base):
             f"NOT ({_in('status', TERMINAL)}) OR finished_at IS NOT NULL", name="terminal_finished"
         ),
         CheckConstraint("status <> 'running' OR worker_id IS NOT NULL", name="running_worker"),
-        Index(None, "status", "last_heartbeat"),  # stuck detection
-        Index(None, "status", "finished_at"),  # TTL cleanup
-        Index(None, "status", "dispatched_at"),  # dispatch relay
-        Index(None, "plan_id", "created_at"),  # listing by plan
+        # No index names a column that heartbeats, stamps, cancel requests or progress
+        # write, so those updates can be HOT (docs/benchmarks.md, "Ledger at scale").
+        _partial("uq_async_jobs_retry_of", ["retry_of"], RETRIES, unique=True),
+        _partial("ix_async_jobs_live", LISTING_KEY, _in("status", LIVE)),  # sweeps, relay
+        _partial("ix_async_jobs_failures", LISTING_KEY, _in("status", FAILURES)),
+        _partial("ix_async_jobs_finished_terminal", ["finished_at"], _in("status", TERMINAL)),
+        Index(None, "created_at", "job_id"),  # every listing, newest first, keyset-paged
+        Index(None, "plan_id", "created_at"),  # a plan's jobs (a handful: ties sort cheaply)
+        {"postgresql_with": {"fillfactor": FILLFACTOR}},
     )
 
 
@@ -125,14 +144,15 @@ class PlanModel(Base):
         CheckConstraint(f"status IS NULL OR {_in('status', PLAN_STATUSES)}", name="status"),
         CheckConstraint("(phase IS NULL) = (status IS NULL)", name="phase_status_together"),
         CheckConstraint("version >= 0", name="version"),
-        Index(None, "created_at"),
+        Index(None, "created_at", "plan_id"),  # the listing, newest first
+        {"postgresql_with": {"fillfactor": FILLFACTOR}},
     )
 
 
 # -- recoverable runs ------------------------------------------------------------------------
 # Appended as its own section (imports included) so the ledger classes above stay untouched.
 
-from sqlalchemy import BigInteger, ForeignKey, LargeBinary, text  # noqa: E402
+from sqlalchemy import BigInteger, ForeignKey, LargeBinary  # noqa: E402
 
 from planq.domain.runs.findings import Severity  # noqa: E402
 from planq.domain.runs.progress import ProgressKind  # noqa: E402
@@ -191,7 +211,8 @@ class RecoverableRunModel(Base):
             postgresql_where=text(ONE_NON_TERMINAL_RUN),
             sqlite_where=text(ONE_NON_TERMINAL_RUN),
         ),
-        Index(None, "job_name", "started_at"),  # list_runs
+        Index(None, "job_name", "started_at"),  # list_runs of one name
+        Index(None, "started_at", "id"),  # list_runs of every name, newest first
         Index(None, "status", "last_progress_at"),  # boot recovery sweep
         Index(None, "status", "completed_at"),  # purge
     )
@@ -214,7 +235,8 @@ class RunFindingModel(Base):
 
     __table_args__ = (
         CheckConstraint(_in("severity", SEVERITIES), name="severity"),
-        Index(None, "run_id", "severity"),  # severity counts and listing per run
+        Index(None, "run_id", "severity"),  # severity counts per run (index only)
+        Index(None, "run_id", "created_at", "id"),  # a run's findings page, in order
     )
 
 

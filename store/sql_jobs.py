@@ -6,19 +6,20 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import String, and_, delete, func, literal, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 
 from planq.domain.availability import Availability
 from planq.domain.errors import DuplicateJobError
-from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
+from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, UnreadableJob
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
 from planq.domain.transitions import CANCEL_QUEUED, EXPIRE, UNDELIVERABLE
 from planq.store.availability import sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
-from planq.store.models import AsyncJobModel
+from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.sql_hot_path import (
     pg_claim,
     pg_finish,
@@ -38,16 +39,27 @@ def _values(statuses: frozenset[AsyncJobStatus]) -> list[str]:
 
 
 J = AsyncJobModel
-_TERMINAL = [s.value for s in TERMINAL_STATUSES]
+_TERMINAL = TERMINAL  # as the partial indexes spell it (SQLite matches the text)
 _LIVE = [s.value for s in AsyncJobStatus if s not in TERMINAL_STATUSES]
 _QUEUED, _RUNNING = AsyncJobStatus.queued.value, AsyncJobStatus.running.value
 _FIELDS = [c.key for c in J.__table__.columns]
 _IN_CLAUSE_BATCH = 500
+#: Every listing's order, newest first (served by ix_async_jobs_created_at_job_id).
+NEWEST_FIRST = (J.created_at.desc(), J.job_id.desc())
 
 
 def to_domain(row: AsyncJobModel) -> AsyncJob:
     """Convert at the boundary: the domain never sees a row."""
     return AsyncJob.model_validate({name: getattr(row, name) for name in _FIELDS})
+
+
+def to_listed(row: AsyncJobModel) -> AsyncJob:
+    """As to_domain, but a row the domain refuses is an UnreadableJob naming why."""
+    values = {name: getattr(row, name) for name in _FIELDS}
+    try:
+        return AsyncJob.model_validate(values)
+    except ValueError as exc:  # pydantic's ValidationError, the bounds' BoundsError
+        return UnreadableJob.of(values, exc)
 
 
 def to_values(job: AsyncJob) -> dict[str, Any]:
@@ -120,9 +132,20 @@ class SqlJobStore(CheckedJobStore):
         """A plan's jobs, oldest first."""
         return self._select(J.plan_id == plan_id)
 
-    def _count(self, status: AsyncJobStatus | None, plan_id: str | None) -> int:
-        """How many rows (in one status, of one plan): one COUNT(*) with the listing's filter."""
-        stmt = select(func.count()).select_from(J).where(*self._filter(status, plan_id))
+    def _count(
+        self, status: AsyncJobStatus | None, plan_id: str | None, at_most: int | None
+    ) -> int:
+        """How many rows (in one status, of one plan): one COUNT(*) with the listing's filter.
+
+        With at_most it counts the listing's first at_most rows, in the listing's order, so
+        an index serves it and the cost stays flat however large the ledger grows.
+        """
+        where = self._filter(status, plan_id)
+        if at_most is None:
+            stmt = select(func.count()).select_from(J).where(*where)
+        else:
+            first = select(J.job_id).where(*where).order_by(*NEWEST_FIRST).limit(at_most)
+            stmt = select(func.count()).select_from(first.subquery())
         with self.db.session() as s:
             return int(s.scalar(stmt) or 0)
 
@@ -132,21 +155,24 @@ class SqlJobStore(CheckedJobStore):
         plan_id: str | None,
         limit: int,
         offset: int,
+        after: str | None,
     ) -> list[AsyncJob]:
         """One page of rows, newest first (what people list); filters as count().
 
-        Ordered by job id: ULIDs sort by creation time, and the primary key's index serves
-        the order, so the newest page of a large ledger is read without sorting it all.
+        Ordered by (created_at, job_id), the order of ix_async_jobs_created_at_job_id (and of
+        the partial live/failures indexes after their status): the page is read from an
+        index, never sorted. `after` is a keyset cursor: rows strictly before that job in the
+        order, found by one lookup of its created_at inside the same statement.
         """
-        stmt = (
-            select(J)
-            .where(*self._filter(status, plan_id))
-            .order_by(J.job_id.desc())
-            .limit(limit)
-            .offset(offset)
-        )
+        stmt = select(J).where(*self._filter(status, plan_id))
+        if after is not None:
+            cursor = aliased(J)
+            at = select(cursor.created_at).where(cursor.job_id == after.upper())
+            key = tuple_(at.scalar_subquery(), literal(after.upper(), String()))
+            stmt = stmt.where(tuple_(J.created_at, J.job_id) < key)
+        stmt = stmt.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
-            return [to_domain(r) for r in s.scalars(stmt)]
+            return [to_listed(r) for r in s.scalars(stmt)]
 
     @staticmethod
     def _filter(status: AsyncJobStatus | None, plan_id: str | None) -> list[Any]:
@@ -317,6 +343,7 @@ class SqlJobStore(CheckedJobStore):
             doomed = (
                 select(J.job_id)
                 .where(J.status.in_(_TERMINAL), J.finished_at < cutoff)
+                .order_by(J.finished_at)  # oldest first, read from the terminal index
                 .limit(batch_size)
                 .scalar_subquery()
             )

@@ -15,6 +15,8 @@ from planq.store.database import Database
 from planq.store.models import PlanModel
 
 P = PlanModel
+#: The listing's order, newest first (served by ix_plans_created_at_plan_id).
+_NEWEST_FIRST = (P.created_at.desc(), P.plan_id.desc())
 _FIELDS = [c.key for c in P.__table__.columns]
 
 
@@ -82,14 +84,19 @@ class SqlPlanStore(CheckedPlanStore):
 
     def _list_recent(self, limit: int, offset: int) -> list[Plan]:
         """One page of plans, newest first (what people list)."""
-        stmt = select(P).order_by(P.created_at.desc(), P.plan_id.desc()).limit(limit).offset(offset)
+        stmt = select(P).order_by(*_NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
 
-    def count(self) -> int:
-        """How many plans: one COUNT(*)."""
+    def _count(self, at_most: int | None) -> int:
+        """How many plans: one COUNT(*), of the listing's first at_most rows if given."""
+        if at_most is None:
+            stmt = select(func.count()).select_from(P)
+        else:
+            first = select(P.plan_id).order_by(*_NEWEST_FIRST).limit(at_most)
+            stmt = select(func.count()).select_from(first.subquery())
         with self.db.session() as s:
-            return int(s.scalar(select(func.count()).select_from(P)) or 0)
+            return int(s.scalar(stmt) or 0)
 
     def _remove(self, plan_id: str) -> bool:
         """DELETE one plan."""

@@ -97,6 +97,11 @@ def check_list_limit(limit: object) -> int | None:
     return None if limit is None else check_int("limit", limit, 0, MAX_LIST_LIMIT)
 
 
+def check_at_most(at_most: object) -> int | None:
+    """A bounded count's cap: None (count all) or an int from 1 to MAX_LIST_LIMIT + 1."""
+    return None if at_most is None else check_int("at_most", at_most, 1, MAX_LIST_LIMIT + 1)
+
+
 def check_batch_size(batch_size: object) -> int:
     """A delete batch: an int from 1 to INT32_MAX."""
     return check_int("batch_size", batch_size, 1, INT32_MAX)

@@ -240,6 +240,8 @@ class JobOut(BaseModel):
     cancel_requested_at: datetime | None = None
     last_heartbeat: datetime | None = None
     checkpoint: dict[str, Any] | None = None
+    #: Why the domain refuses this stored row (a corrupt payload); None for a sound row.
+    unreadable: str | None = None
 
     @classmethod
     def of(cls, job: Any) -> JobOut:
@@ -274,21 +276,26 @@ class PlanDetail(PlanOut):
 
 
 class PlansPage(BaseModel):
-    """Plans, newest first."""
+    """Plans, newest first, and how many (counted to 10,000 at most)."""
 
     plans: list[PlanOut]
     limit: int
     offset: int
+    total: int
+    total_is_lower_bound: bool = False
 
 
 class JobsPage(BaseModel):
-    """Jobs, oldest first (the ones waiting longest on top)."""
+    """Jobs, newest first, how many match (to 10,000 at most) and the next page's cursor."""
 
     jobs: list[JobOut]
     limit: int
     offset: int
     status: str | None = None
     plan_id: str | None = None
+    total: int
+    total_is_lower_bound: bool = False
+    next_after: str | None = None
 
 
 class StepIn(BaseModel):

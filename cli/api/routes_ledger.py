@@ -52,10 +52,15 @@ def plan_detail(planq: Planq, plan_id: str) -> PlanDetail:
 
 @router.get("/plans", dependencies=READ)
 def list_plans(planq: Session, limit: Limit = 50, offset: Offset = 0) -> PlansPage:
-    """Plans, newest first."""
-    size = min(limit, MAX_PAGE)
-    plans = services.recent_plans(planq, size, offset)
-    return PlansPage(plans=[PlanOut.of(p) for p in plans], limit=size, offset=offset)
+    """Plans, newest first, with a bounded total (total_is_lower_bound past 10,000)."""
+    page = services.plan_page(planq, min(limit, MAX_PAGE), offset)
+    return PlansPage(
+        plans=[PlanOut.of(p) for p in page.rows],
+        limit=page.limit,
+        offset=offset,
+        total=page.total,
+        total_is_lower_bound=page.lower_bound,
+    )
 
 
 @router.post("/plans", dependencies=WRITE, status_code=201)
@@ -92,17 +97,26 @@ def list_jobs(
     plan_id: Annotated[str | None, Query()] = None,
     limit: Limit = 50,
     offset: Offset = 0,
+    after: Annotated[
+        str | None, Query(description="A job id: the page after it (next_after of a page).")
+    ] = None,
 ) -> JobsPage:
-    """Phase jobs, oldest first, filtered by status and/or plan."""
-    size = min(limit, MAX_PAGE)
+    """Phase jobs, newest first, filtered by status and/or plan, paged by `after`.
+
+    The total is counted to 10,000 at most (`total_is_lower_bound` beyond). A row whose
+    payload does not load is listed with `unreadable` naming why.
+    """
     wanted = status.value if status else None
-    jobs = services.list_jobs(planq, wanted, plan_id, size, offset)
+    page = services.job_page(planq, wanted, plan_id, min(limit, MAX_PAGE), offset, after)
     return JobsPage(
-        jobs=[JobOut.of(j) for j in jobs],
-        limit=size,
+        jobs=[JobOut.of(j) for j in page.rows],
+        limit=page.limit,
         offset=offset,
         status=wanted,
         plan_id=plan_id.upper() if plan_id else None,
+        total=page.total,
+        total_is_lower_bound=page.lower_bound,
+        next_after=page.next_after,
     )
 
 

@@ -508,3 +508,27 @@ def test_planq_api_without_a_token_binds_loopback_only_and_says_so(
     assert "PLANQ_API_TOKEN is not set" in stderr
     assert "listening on 127.0.0.1 only, not 0.0.0.0" in stderr
     assert "Uvicorn running on http://127.0.0.1:" in stderr
+
+
+def test_jobs_listing_newest_first_by_key_with_unreadable_rows_named(
+    api: ApiServer, runtime: Runtime
+) -> None:
+    """Issue 19 item 9: newest first like the CLI; a corrupt row is listed, not a 400."""
+    seed_ledger(runtime.db, good=5, corrupt=2)  # the corrupt rows are the newest two
+    first = api.get("/api/ledger/jobs", params={"limit": 4})
+    assert first.status_code == 200, first.text
+    page = first.json()
+    assert (page["total"], page["total_is_lower_bound"]) == (7, False)
+    times = [j["created_at"] for j in page["jobs"]]
+    assert times == sorted(times, reverse=True)
+    assert [bool(j["unreadable"]) for j in page["jobs"]] == [True, True, False, False]
+    assert all("payload" in j["unreadable"] for j in page["jobs"][:2])
+    rest = api.get("/api/ledger/jobs", params={"limit": 4, "after": page["next_after"]}).json()
+    assert [j["job_id"] for j in rest["jobs"]] == [
+        j["job_id"] for j in api.get("/api/ledger/jobs").json()["jobs"][4:]
+    ]
+    assert rest["next_after"] is None and len(rest["jobs"]) == 3
+    unknown = api.get("/api/ledger/jobs", params={"after": new_id()})
+    assert unknown.status_code == 422 and "after" in unknown.json()["message"]
+    plans = api.get("/api/ledger/plans", params={"limit": 1}).json()
+    assert (plans["total"], plans["total_is_lower_bound"]) == (7, False)

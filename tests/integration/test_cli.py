@@ -486,6 +486,10 @@ def test_jobs_list_filters_by_status_and_plan(env: dict[str, str], ledger: Ledge
     assert (none["jobs"], none["total"]) == ([], 0)
     two = ok_json("jobs", "list", "--limit", 2)
     assert [j["job_id"] for j in two["jobs"]] == newest_first[:2] and two["total"] == 3
+    assert (two["next_after"], two["total_is_lower_bound"]) == (failed.job_id, False)
+    rest = ok_json("jobs", "list", "--limit", 2, "--after", two["next_after"])
+    assert [j["job_id"] for j in rest["jobs"]] == newest_first[2:] and rest["next_after"] is None
+    assert "--after" in ok("jobs", "list", "--limit", 2).stdout  # the table names the cursor
     table = ok("jobs", "list", "--status", "failed").stdout
     assert failed.job_id in table and queued.job_id not in table
     assert "showing 1 of 1 (newest first)" in table

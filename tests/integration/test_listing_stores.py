@@ -65,7 +65,7 @@ def test_jobs_page_and_count_share_one_filter(jobs: JobStore, plans: PlanStore) 
     q, r, f = AsyncJobStatus.queued, AsyncJobStatus.running, AsyncJobStatus.failed
     mine = _jobs(jobs, first, [q, f, q, r])
     other = _jobs(jobs, second, [f])
-    everything = sorted(mine + other, key=lambda j: j.job_id, reverse=True)  # ULIDs: by creation
+    everything = sorted(mine + other, key=lambda j: (j.created_at, j.job_id), reverse=True)
 
     assert [j.job_id for j in jobs.list_recent()] == [j.job_id for j in everything]
     assert jobs.count() == 5
@@ -82,6 +82,34 @@ def test_jobs_page_and_count_share_one_filter(jobs: JobStore, plans: PlanStore) 
         jobs.list_recent(AsyncJobStatus.cancelled) == []
         and jobs.count(AsyncJobStatus.cancelled) == 0
     )
+
+
+def test_jobs_page_by_key_and_bounded_counts(jobs: JobStore, plans: PlanStore) -> None:
+    (plan,) = _plans(plans, 1)
+    q, f = AsyncJobStatus.queued, AsyncJobStatus.failed
+    statuses = [q, f, q, f, q, f, q]
+    made = _jobs(jobs, plan, statuses)
+    newest = [j.job_id for j in reversed(made)]
+
+    pages, after = [], None
+    while True:  # walk the whole listing three rows at a time by its cursor
+        page = jobs.list_recent(limit=3, after=after)
+        if not page:
+            break
+        pages.append([j.job_id for j in page])
+        after = page[-1].job_id
+    assert pages == [newest[0:3], newest[3:6], newest[6:]]
+    failed = [j.job_id for j, s in reversed(list(zip(made, statuses, strict=True))) if s is f]
+    assert [j.job_id for j in jobs.list_recent(f, after=failed[0].lower())] == failed[1:]
+    assert [j.job_id for j in jobs.list_recent(q, plan.plan_id, 1, 1, newest[0])] == [newest[4]]
+    assert jobs.list_recent(after=newest[-1]) == []
+    gone = made[-1].job_id
+    assert jobs.remove(gone)
+    assert jobs.list_recent(after=gone) == []  # a cursor whose row is gone: nothing follows
+
+    assert jobs.count(at_most=3) == 3 and jobs.count(at_most=100) == 6 == jobs.count()
+    assert jobs.count(f, at_most=2) == 2 and jobs.count(q, plan.plan_id, at_most=10) == 3
+    assert plans.count(at_most=1) == 1 and plans.count(at_most=5) == 1 == plans.count()
 
 
 def test_runs_count_matches_list_runs(sqlite_database: Database) -> None:

@@ -50,7 +50,6 @@ PORTS: dict[str, type[Any]] = {
 NO_ARGUMENTS = {
     ("JobStore", "transaction"),
     ("PlanStore", "transaction"),
-    ("PlanStore", "count"),
     ("RunStore", "status"),
     ("RunStore", "mark_completed"),
     ("RunStore", "mark_lease_lost"),
@@ -89,6 +88,8 @@ def _valid() -> dict[Any, Callable[[], object]]:
         "recovered_ago": lambda: None,
         "limit": lambda: 10,
         "offset": lambda: 0,
+        "after": lambda: None,
+        "at_most": lambda: None,
         "batch_size": lambda: 10,
         "job_name": lambda: "scan",
         "owner": lambda: None,
