@@ -78,6 +78,13 @@ def test_listings_import_no_celery_and_no_api(tmp_path: Path, args: list[str]) -
 def test_a_fresh_sqlite_ledger_is_migrated_by_the_first_listing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
     code, loaded, out = loaded_by(["plans", "list", "--json"], _env(PLANQ_DATABASE_URL=url))
-    assert code == 0 and json.loads(out) == {"plans": [], "total": 0, "limit": 50, "offset": 0}
+    assert code == 0 and json.loads(out) == {
+        "plans": [],
+        "total": 0,
+        "total_is_lower_bound": False,
+        "limit": 50,
+        "offset": 0,
+        "next_after": None,
+    }
     assert "celery" not in loaded
     assert (tmp_path / "fresh.db").exists()
