@@ -205,7 +205,8 @@ JS = r"""
         follow = tracked(doc, verb);
         const what = follow ? " " + follow.label.slice(verb.length + 2) : "";
         const how = doc.outcome || doc.decision || "";
-        const now = follow && follow.status ? ", " + follow.status : "";
+        const state = follow && follow.status;
+        const now = state && state !== how ? " (now " + state + ")" : "";
         say("done (" + response.status + ") " + verb + what + (how ? ": " + how : "") + now);
       } else {
         say(doc.message || response.status + " " + response.statusText, true);

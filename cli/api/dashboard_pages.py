@@ -63,6 +63,11 @@ class ListQuery:
         }
         return urlencode({k: v for k, v in pairs.items() if v})
 
+    def url(self, path: str) -> str:
+        """The path with this query (no bare '?' when nothing is set)."""
+        query = self.encoded()
+        return f"{path}?{query}" if query else path
+
     @property
     def first(self) -> bool:
         """Whether this is the newest page."""
@@ -176,7 +181,7 @@ def plans_section(q: ListQuery) -> Section:
     return Section(
         "plans",
         "Plans",
-        f"/dashboard/fragments/plans?{q.encoded()}",
+        q.url("/dashboard/fragments/plans"),
         lambda planq: plans_html(planq, q),
         filter_form("/dashboard/plans", q, listing.PLAN_STATUSES),
     )
@@ -187,7 +192,7 @@ def jobs_section(q: ListQuery) -> Section:
     return Section(
         "jobs",
         "Jobs",
-        f"/dashboard/fragments/jobs?{q.encoded()}",
+        q.url("/dashboard/fragments/jobs"),
         lambda planq: jobs_html(planq, q),
         filter_form("/dashboard/jobs", q, listing.JOB_STATUSES),
     )
@@ -198,7 +203,7 @@ def failed_section(q: ListQuery) -> Section:
     return Section(
         "failed",
         "Failed jobs",
-        f"/dashboard/fragments/failed?{q.encoded()}",
+        q.url("/dashboard/fragments/failed"),
         lambda planq: failed_html(planq, q),
         filter_form("/dashboard/failed", q, None),
     )
