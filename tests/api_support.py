@@ -63,16 +63,20 @@ class ApiServer:
         self.thread.join(timeout=20)
 
 
-def seed_ledger(db: Database, good: int, corrupt: int = 0, mismatched: int = 0) -> int:
+def seed_ledger(
+    db: Database, good: int, corrupt: int = 0, mismatched: int = 0, failed: int = 0
+) -> int:
     """Seed plans with succeeded strategize jobs; how many job rows were inserted.
 
     `corrupt` of them get a payload that does not parse (data_loss), `mismatched` a plan that
-    disagrees with its job (inconsistent).
+    disagrees with its job (inconsistent); `failed` more end failed, each with its own error
+    ("ValueError: seeded failure <i>"), newest last.
     """
     base = utcnow() - timedelta(hours=2)
     plans: list[dict[str, Any]] = []
     jobs: list[dict[str, Any]] = []
     kinds = ["good"] * good + ["corrupt"] * corrupt + ["mismatch"] * mismatched
+    kinds += ["failed"] * failed
     for i, kind in enumerate(kinds):
         at = base + timedelta(milliseconds=i)
         plan_id, job_id = new_id(), new_id()
@@ -81,7 +85,7 @@ def seed_ledger(db: Database, good: int, corrupt: int = 0, mismatched: int = 0) 
                 "plan_id": plan_id,
                 "name": f"seeded-{i}",
                 "phase": "strategize",
-                "status": "running" if kind == "mismatch" else "complete",
+                "status": {"mismatch": "running", "failed": "failed"}.get(kind, "complete"),
                 "spec_json": '{"steps": []}',
                 "created_at": at,
                 "updated_at": at,
@@ -94,7 +98,8 @@ def seed_ledger(db: Database, good: int, corrupt: int = 0, mismatched: int = 0) 
                 "job_id": job_id,
                 "plan_id": plan_id,
                 "phase": "strategize",
-                "status": "succeeded",
+                "status": "failed" if kind == "failed" else "succeeded",
+                "error_message": f"ValueError: seeded failure {i}" if kind == "failed" else None,
                 "schema_version": 1,
                 "payload_json": '{"plan_id": "trunc' if kind == "corrupt" else payload,
                 "worker_id": "worker-seed-1",

@@ -39,8 +39,24 @@ button.act { font: inherit; font-size: .8rem; padding: .1rem .5rem; border-radiu
 button.act.danger { border-color: #b91c1c; color: #b91c1c; }
 .error-box { color: #b91c1c; background: #fef2f2; border: 1px solid #fecaca; padding: .4rem;
   border-radius: 4px; }
-.err { color: #b91c1c; cursor: help; text-decoration: underline dotted; }
+.err { color: #b91c1c; font-size: .8rem; }
 .notice { min-height: 1.2em; color: #d1fae5; } .notice.bad { color: #fecaca; }
+header h1 a { color: inherit; text-decoration: none; }
+header nav { display: flex; gap: .8rem; } header nav a[aria-current] { color: #fff;
+  font-weight: 600; text-decoration: none; }
+.section-head { display: flex; gap: 1rem; align-items: baseline; flex-wrap: wrap; }
+.filters { display: flex; gap: .6rem; align-items: center; font-size: .85rem; flex-wrap: wrap; }
+.filters select, .filters input { font: inherit; padding: .05rem .2rem; }
+.pager { margin: .5rem 0 0; font-size: .85rem; }
+.pager .shown { font-weight: 600; }
+.ago { color: var(--muted); font-size: .8rem; white-space: nowrap; }
+time { white-space: nowrap; }
+abbr { text-decoration: none; }
+pre.error-text { white-space: pre-wrap; word-break: break-word; margin: 0; max-width: 60rem;
+  color: #7f1d1d; background: #fef2f2; padding: .25rem .4rem; border-radius: 4px;
+  font-size: .8rem; max-height: 24rem; overflow: auto; }
+table.fields th { width: 12rem; text-transform: none; font-size: .85rem; }
+h3 { font-size: .95rem; margin: .8rem 0 .3rem; }
 #token-form input { font: inherit; padding: .1rem .3rem; width: 14rem; }
 """
 
@@ -50,14 +66,9 @@ JS = r"""
   const KEY = "planq-api-token";
   const body = document.body;
   const every = Number(body.dataset.refreshMs || 2000);
-  const sections = {
-    recoverable: "/dashboard/fragments/recoverable",
-    runs: "/dashboard/fragments/runs",
-    plans: "/dashboard/fragments/plans",
-    jobs: "/dashboard/fragments/jobs",
-  };
   const shown = new Map();
   let findings = null;
+  let follow = null;  // the row the last action was about: its notice follows its status
 
   const hash = new URLSearchParams(location.hash.slice(1));
   if (hash.has("token")) {  // a link with #token=… (never sent to a server): this tab only
@@ -87,6 +98,7 @@ JS = r"""
     p.textContent = text;
     return p.outerHTML;
   };
+  const utc = (date) => date.toISOString().slice(0, 19).replace("T", " ") + " UTC";
   async function message(response) {
     try {
       const doc = await response.json();
@@ -95,43 +107,92 @@ JS = r"""
       return response.status + " " + response.statusText;
     }
   }
-  async function fill(id, url) {
-    const el = document.getElementById(id);
+  // One section from its URL. A 401 is said once for the page (see refresh), not per section.
+  async function fill(el, url) {
     let html;
+    let refused = null;
     try {
       const response = await fetch(url, { headers: auth(), cache: "no-store" });
-      if (response.status === 401) document.getElementById("token-form").hidden = false;
-      html = response.ok ? await response.text() : box(await message(response));
+      if (response.status === 401) {
+        refused = await message(response);
+        html = '<p class="muted">needs the API token</p>';
+      } else {
+        html = response.ok ? await response.text() : box(await message(response));
+      }
     } catch (err) {
       html = box("the API does not answer: " + err);
     }
-    if (shown.get(id) !== html) {  // swap only what changed: no flicker, no full reload
+    if (shown.get(el.id) !== html) {  // swap only what changed: no flicker, no full reload
       el.innerHTML = html;
-      shown.set(id, html);
+      shown.set(el.id, html);
     }
+    return refused;
   }
-  async function loadFindings() {
-    if (!findings) return;
+  function loadFindings() {
+    if (!findings) return Promise.resolve(null);
     const q = new URLSearchParams({ run: findings.run, offset: findings.offset });
-    await fill("findings", "/dashboard/fragments/findings?" + q);
+    return fill(document.getElementById("findings"), "/dashboard/fragments/findings?" + q);
+  }
+  async function followRow() {  // the notice says the row's status now, not at the click
+    if (!follow) return;
+    try {
+      const response = await fetch(follow.url, { headers: auth(), cache: "no-store" });
+      if (!response.ok) return;
+      const doc = await response.json();
+      if (doc.status && doc.status !== follow.status) {
+        follow.status = doc.status;
+        say(follow.label + " is now " + doc.status + " (" + utc(new Date()) + ")");
+      }
+    } catch (_) {
+      // the sections say the API does not answer
+    }
   }
   let busy = false;
   async function refresh() {
     if (busy) return;
     busy = true;
     try {
-      await Promise.all(Object.entries(sections).map(([id, url]) => fill(id, url)));
-      await loadFindings();
-      document.getElementById("updated").textContent =
-        "updated " + new Date().toLocaleTimeString();
+      const frames = Array.from(document.querySelectorAll("[data-src]"));
+      const refused = await Promise.all([
+        ...frames.map((el) => fill(el, el.dataset.src)),
+        loadFindings(),
+      ]);
+      const why = refused.find((r) => r);
+      const gate = document.getElementById("auth-error");
+      const said = why ? box(why) : "";
+      if (gate.innerHTML !== said) gate.innerHTML = said;  // one box, however many sections
+      if (why) document.getElementById("token-form").hidden = false;
+      await followRow();
+      const now = new Date();
+      document.getElementById("clock").textContent = utc(now);
+      document.getElementById("updated").textContent = "updated " + utc(now).slice(11);
       body.dataset.loaded = "true";
     } finally {
       busy = false;
     }
   }
+  function tracked(doc, verb) {  // the row an answer is about, and where to read it again
+    if (doc.job && doc.job.job_id) {
+      return {
+        url: "/api/ledger/jobs/" + encodeURIComponent(doc.job.job_id),
+        label: verb + ": job " + doc.job.job_id,
+        status: doc.job.status,
+      };
+    }
+    if (doc.run_id && doc.job_name) {
+      return {
+        url: "/api/admin/jobs/" + encodeURIComponent(doc.job_name) + "/runs/" +
+          encodeURIComponent(doc.run_id),
+        label: verb + ": run " + doc.run_id,
+        status: doc.status || null,
+      };
+    }
+    return null;
+  }
   async function post(button) {
     if (!window.confirm(button.dataset.confirm)) return;
     button.disabled = true;
+    follow = null;
     try {
       const response = await fetch(button.dataset.post, {
         method: "POST",
@@ -140,10 +201,13 @@ JS = r"""
       });
       const doc = await response.json().catch(() => ({}));
       if (response.ok) {
-        const run = doc.run_id ? " run " + doc.run_id : "";
-        const job = doc.job ? " job " + doc.job.job_id + " " + doc.job.status : "";
-        const how = doc.decision ? " " + doc.decision : "";
-        say("done (" + response.status + ")" + run + job + how);
+        const verb = button.textContent.trim();
+        follow = tracked(doc, verb);
+        const what = follow ? " " + follow.label.slice(verb.length + 2) : "";
+        const how = doc.outcome || doc.decision || "";
+        const state = follow && follow.status;
+        const now = state && state !== how ? " (now " + state + ")" : "";
+        say("done (" + response.status + ") " + verb + what + (how ? ": " + how : "") + now);
       } else {
         say(doc.message || response.status + " " + response.statusText, true);
       }

@@ -6,8 +6,10 @@ row is rendered in exactly one place: here.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from planq.cli.api.models import (
     SEVERITY_ORDER,
@@ -55,9 +57,64 @@ def short(text: str | None, keep: int = 8) -> str:
     return f'<span class="id" title="{escape(text)}">{escape(text[-keep:])}</span>'
 
 
-def when(value: Any) -> str:
-    """A timestamp to the second (UTC), or '-'."""
-    return "-" if value is None else escape(value.isoformat()[:19].replace("T", " "))
+def ago(value: datetime, now: datetime | None = None) -> str:
+    """How long ago value was, coarsely: '12 s ago', '3 min ago', '5 h ago', '2 d ago'."""
+    seconds = ((now or datetime.now(UTC)) - value).total_seconds()
+    late = seconds >= 0
+    seconds = abs(seconds)
+    for size, unit in ((86_400, "d"), (3_600, "h"), (60, "min")):
+        if seconds >= size:
+            amount = f"{int(seconds // size)} {unit}"
+            break
+    else:
+        amount = f"{int(seconds)} s"
+    return f"{amount} ago" if late else f"in {amount}"
+
+
+def utc(value: datetime) -> datetime:
+    """The time in UTC (a naive value is taken as UTC, as the ledger stores it)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def when(value: Any, now: datetime | None = None) -> str:
+    """A timestamp to the second, labelled UTC, with how long ago beside it; or '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    at = utc(value)
+    text = at.strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        f'<time datetime="{at.isoformat()}">{text} <abbr title="Coordinated Universal Time">'
+        f'UTC</abbr></time> <span class="ago">({ago(at, now)})</span>'
+    )
+
+
+def link(href: str, text: str, css: str = "") -> str:
+    """An <a>; href is built by the caller from quoted parts."""
+    cls = f' class="{css}"' if css else ""
+    return f'<a href="{escape(href)}"{cls}>{text}</a>'
+
+
+def plan_link(plan_id: str | None, keep: int = 8) -> str:
+    """The plan's short id, linking to its page."""
+    if not plan_id:
+        return "-"
+    return link(f"/dashboard/plans/{quote(plan_id)}", short(plan_id, keep))
+
+
+def job_link(job_id: str | None, keep: int = 8) -> str:
+    """The job's short id, linking to its page."""
+    if not job_id:
+        return "-"
+    return link(f"/dashboard/jobs/{quote(job_id)}", short(job_id, keep))
+
+
+def run_link(run_id: str | None, keep: int = 8) -> str:
+    """The run's short id, linking to its page."""
+    if not run_id:
+        return "-"
+    return link(f"/dashboard/runs/{quote(run_id)}", short(run_id, keep))
 
 
 def status(text: str) -> str:
@@ -108,39 +165,52 @@ def button(label: str, url: str, confirm: str, danger: bool = False) -> str:
 
 
 # -- sections -------------------------------------------------------------------------------
+def job_actions(job: JobOut, confirm_name: str = "job") -> str:
+    """The button a job's status allows: cancel while queued or running, retry once ended badly."""
+    if job.status in ("running", "queued"):
+        return button(
+            "cancel",
+            f"/api/ledger/jobs/{job.job_id}/cancel",
+            f"Cancel {confirm_name} {job.job_id}?",
+            danger=True,
+        )
+    if job.status in ("failed", "cancelled"):
+        return button(
+            "retry",
+            f"/api/ledger/jobs/{job.job_id}/retry",
+            f"Retry {confirm_name} {job.job_id} as a new attempt?",
+        )
+    return ""
+
+
+def error_text(message: str | None, keep: int = 300) -> str:
+    """A job's error, shown in the row itself (the whole text is on the job's page)."""
+    if not message:
+        return ""
+    text = message if len(message) <= keep else message[: keep - 1] + "…"
+    return f'<span class="err">{escape(text)}</span>'
+
+
 def job_cell(job: JobOut | None) -> str:
-    """A plan's phase cell: its latest job's status, progress and the action it allows."""
+    """A plan's phase cell: its latest job's status, progress, error and the action it allows."""
     if job is None:
         return '<span class="muted">not queued</span>'
     title = f"progress {job.progress!r}" if job.progress is not None else "no progress"
-    parts = [status(job.status), short(job.job_id)]
+    parts = [status(job.status), job_link(job.job_id)]
     if job.status in ("running", "queued"):
         parts.append(bar(job.progress, title))
-        parts.append(
-            button(
-                "cancel",
-                f"/api/ledger/jobs/{job.job_id}/cancel",
-                f"Cancel {job.phase} job {job.job_id}?",
-                danger=True,
-            )
-        )
-    elif job.status in ("failed", "cancelled"):
-        if job.error_message:
-            parts.append(f'<span class="err" title="{escape(job.error_message)}">error</span>')
-        parts.append(
-            button(
-                "retry",
-                f"/api/ledger/jobs/{job.job_id}/retry",
-                f"Retry {job.phase} job {job.job_id} as a new attempt?",
-            )
-        )
-    return " ".join(parts)
+    elif job.status in ("failed", "cancelled") and job.error_message:
+        parts.append("<br>" + error_text(job.error_message, 160))
+    parts.append(job_actions(job, f"{job.phase} job"))
+    return " ".join(p for p in parts if p)
 
 
-def plans_table(plans: list[tuple[PlanOut, dict[str, JobOut | None] | str]]) -> str:
+def plans_table(
+    plans: list[tuple[PlanOut, dict[str, JobOut | None] | str]], footer: str = ""
+) -> str:
     """Plans newest first, with their three phases side by side (or why they cannot show)."""
     if not plans:
-        return '<p class="muted">No plans yet.</p>'
+        return '<p class="muted">No plans match.</p>' + footer
     rows = []
     for plan, phases in plans:
         if isinstance(phases, str):
@@ -149,36 +219,57 @@ def plans_table(plans: list[tuple[PlanOut, dict[str, JobOut | None] | str]]) -> 
             cells = "".join(f'<td class="phase">{job_cell(j)}</td>' for j in phases.values())
         rows.append(
             f'<tr data-plan="{escape(plan.plan_id)}"><td>{e(plan.name)}<br>'
-            f"{short(plan.plan_id)}</td><td>{e(plan.state)}</td>{cells}</tr>"
+            f"{plan_link(plan.plan_id)}</td><td>{e(plan.state)}<br>{when(plan.updated_at)}</td>"
+            f"{cells}</tr>"
         )
     return (
-        "<table><thead><tr><th>plan</th><th>state</th><th>strategize</th><th>execute</th>"
-        f"<th>apply</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<table><thead><tr><th>plan</th><th>state (updated)</th><th>strategize</th>"
+        f"<th>execute</th><th>apply</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + footer
     )
 
 
-def jobs_table(jobs: list[JobOut]) -> str:
-    """Queued and running jobs with live progress bars, heartbeats and checkpoints."""
+def jobs_table(jobs: list[JobOut], footer: str = "") -> str:
+    """Jobs with live progress bars, heartbeats, checkpoints, errors and their actions."""
     if not jobs:
-        return '<p class="muted">No queued or running jobs.</p>'
+        return '<p class="muted">No jobs match.</p>' + footer
     rows = []
     for job in jobs:
         title = f"progress {job.progress!r}" if job.progress is not None else "no progress"
         checkpoint = "-" if job.checkpoint is None else e(job.checkpoint)
-        cancel = button(
-            "cancel", f"/api/ledger/jobs/{job.job_id}/cancel", f"Cancel job {job.job_id}?", True
-        )
         rows.append(
-            f'<tr data-job="{escape(job.job_id)}"><td>{short(job.job_id)}</td>'
-            f"<td>{short(job.plan_id)}</td><td>{e(job.phase)}</td><td>{status(job.status)}</td>"
+            f'<tr data-job="{escape(job.job_id)}"><td>{job_link(job.job_id)}</td>'
+            f"<td>{plan_link(job.plan_id)}</td><td>{e(job.phase)}</td>"
+            f"<td>{status(job.status)} {error_text(job.error_message or job.unreadable, 160)}</td>"
             f'<td class="progress">{bar(job.progress, title)}</td><td>{e(job.worker_id)}</td>'
-            f"<td>{when(job.last_heartbeat)}</td><td><code>{checkpoint}</code></td>"
-            f"<td>{cancel}</td></tr>"
+            f"<td>{when(job.created_at)}</td><td>{when(job.last_heartbeat)}</td>"
+            f"<td><code>{checkpoint}</code></td><td>{job_actions(job)}</td></tr>"
         )
     return (
         "<table><thead><tr><th>job</th><th>plan</th><th>phase</th><th>status</th>"
-        "<th>progress</th><th>worker</th><th>heartbeat</th><th>checkpoint</th><th></th></tr>"
-        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+        "<th>progress</th><th>worker</th><th>created</th><th>heartbeat</th><th>checkpoint</th>"
+        f"<th></th></tr></thead><tbody>{''.join(rows)}</tbody></table>" + footer
+    )
+
+
+def failed_table(jobs: list[JobOut], footer: str = "") -> str:
+    """Failed jobs newest first, each with its error text in the row and a link to its page."""
+    if not jobs:
+        return '<p class="muted">No failed jobs.</p>' + footer
+    rows = []
+    for job in jobs:
+        message = job.error_message or job.unreadable
+        error = f'<pre class="error-text">{escape(message)}</pre>' if message else "-"
+        rows.append(
+            f'<tr data-failed="{escape(job.job_id)}"><td>{job_link(job.job_id)}</td>'
+            f"<td>{plan_link(job.plan_id)}</td><td>{e(job.phase)}</td><td>{job.attempt}</td>"
+            f"<td>{when(job.finished_at or job.created_at)}</td><td>{error}</td>"
+            f"<td>{job_actions(job)}</td></tr>"
+        )
+    return (
+        "<table><thead><tr><th>job</th><th>plan</th><th>phase</th><th>attempt</th>"
+        "<th>failed</th><th>error</th><th></th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>" + footer
     )
 
 
@@ -200,7 +291,7 @@ def recoverable_table(jobs: list[RecoverableJobOut]) -> str:
     rows = []
     for job in jobs:
         active = job.active_run
-        run = f"{status(active.status)} {short(active.id)}" if active else "-"
+        run = f"{status(active.status)} {run_link(active.id)}" if active else "-"
         base = f"/api/admin/jobs/{job.name}"
         actions = button("trigger", f"{base}/trigger", f"Trigger {job.name}?")
         if active is not None and active.status == "Running":
@@ -239,7 +330,7 @@ def runs_table(runs: list[tuple[RunSummaryOut, dict[str, int]]]) -> str:
     for run, counts in runs:
         findings = button_link(run) if sum(counts.values()) else ""
         rows.append(
-            f'<tr data-run="{escape(run.id)}"><td>{short(run.id)}</td><td><code>'
+            f'<tr data-run="{escape(run.id)}"><td>{run_link(run.id)}</td><td><code>'
             f"{e(run.job_name)}</code></td><td>{status(run.status)}</td>"
             f'<td class="progress">{run_progress(run)}</td>'
             f'<td class="pills">{severity_pills(counts, run.status == "Failed")}</td>'

@@ -2,11 +2,13 @@
 
 The page is loaded with the token in its #fragment, so everything it shows came through its
 own script and the API's auth; the DOM is checked (progress bars, pill colours, findings) and
-a screenshot is saved to docs/img/ for the README.
+a screenshot is taken. It is written to docs/img/ for the README only when asked
+(PLANQ_REFRESH_SCREENSHOTS=1), so `make test` leaves the tree clean.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -231,7 +233,6 @@ def test_dashboard_shows_jobs_runs_and_findings(
     stopped_row = row(html, "plan", stopped["plan_id"])
     assert "retry" in stopped_row and "Strategize/CANCELLED" in stopped_row
 
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     shot = tmp_path / "dashboard.png"
     taken = headless(
         chromium, tmp_path / "profile-shot", "--window-size=1400,1250", f"--screenshot={shot}", page
@@ -239,4 +240,6 @@ def test_dashboard_shows_jobs_runs_and_findings(
     assert taken.returncode == 0, taken.stderr[-2000:]
     data = shot.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 20_000, len(data)
-    SCREENSHOT.write_bytes(data)
+    if os.environ.get("PLANQ_REFRESH_SCREENSHOTS") == "1":  # asked for: the README's picture
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        SCREENSHOT.write_bytes(data)

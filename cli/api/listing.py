@@ -1,0 +1,191 @@
+"""The dashboard's listings: one page of plans or jobs, filtered, with its total and next page.
+
+The stores filter jobs by status (and count them, bounded: "more than 10,000") and page them
+by key (`after=`); plans they page by offset only and filter by nothing. A filter a store
+does not have (a job's phase, a plan's status or phase) is applied here while walking the
+store's pages, newest first, and stops after SCAN_CAP rows: such a page says how far it
+looked instead of a total, so the dashboard never claims a count it did not make.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from planq.cli import services
+from planq.cli.context import Planq
+from planq.cli.limits import MAX_PAGE_WINDOW
+from planq.cli.output import BadInput
+
+#: The most rows one filtered page walks through before it stops and offers "older".
+SCAN_CAP = 2_000
+#: Rows read per store call while walking.
+BATCH = 200
+PLAN_STATUSES = ("queued", "running", "complete", "failed", "cancelled")
+PHASES = ("strategize", "execute", "apply")
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One page: its rows, how many match in all (text) and the query of the older page."""
+
+    rows: list[Any]
+    #: "41", "more than 10,000", or "" when the filter is not one the store counts.
+    total: str
+    older: dict[str, str] | None = None
+    #: What a scanned (uncounted) page looked through, said under the table.
+    note: str = ""
+    query: dict[str, str] = field(default_factory=dict)
+    #: Rows before this page when known (offset paging), so it can say "21-40 of 61".
+    offset: int | None = None
+
+
+def choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    """The value if it is one of allowed, None for nothing; BadInput naming the valid ones."""
+    text = (value or "").strip().lower()
+    if not text:
+        return None
+    if text not in allowed:
+        raise BadInput(f"{name} {describe(text)} is not one of: {', '.join(allowed)}")
+    return text
+
+
+def describe(text: str) -> str:
+    """A short quoted form of what was typed (never echoed whole)."""
+    return repr(text if len(text) <= 40 else text[:39] + "…")
+
+
+def _phase_of(row: Any) -> str:
+    phase = getattr(row, "phase", None)
+    return str(getattr(phase, "value", phase) or "")
+
+
+def _status_of(row: Any) -> str:
+    status = getattr(row, "status", None)
+    return str(getattr(status, "value", status) or "")
+
+
+def _ulid(text: str) -> str:
+    from planq.domain.ids import is_ulid
+
+    wanted = text.strip().upper()
+    if not is_ulid(wanted):
+        raise BadInput(f"id {describe(text)} is not a plan or job id (a 26-character ULID)")
+    return wanted
+
+
+def plan_for_id(planq: Planq, ident: str) -> Any:
+    """The plan named by a plan id, or the plan of a job id; NotFound when neither."""
+    wanted = _ulid(ident)
+    plan = planq.ledger.plans.get(wanted)
+    if plan is not None:
+        return plan
+    job = planq.ledger.jobs.get(wanted)
+    if job is not None:
+        return services.find_plan(planq, job.plan_id)
+    raise services.NotFound(f"no plan or job with id {wanted}")
+
+
+def jobs_for_id(planq: Planq, ident: str) -> list[Any]:
+    """The job with that id, or every job of the plan with that id (newest first)."""
+    wanted = _ulid(ident)
+    job = planq.ledger.jobs.get(wanted)
+    if job is not None:
+        return [job]
+    if planq.ledger.plans.get(wanted) is not None:
+        return list(reversed(planq.ledger.jobs.list_by_plan(wanted)))
+    raise services.NotFound(f"no job or plan with id {wanted}")
+
+
+def plans(
+    planq: Planq,
+    limit: int,
+    offset: int = 0,
+    status: str | None = None,
+    phase: str | None = None,
+    ident: str | None = None,
+) -> Listing:
+    """Plans newest first: by id, by offset with the bounded total, or walked with a filter."""
+    status = choice("status", status, PLAN_STATUSES)
+    phase = choice("phase", phase, PHASES)
+    query = {k: v for k, v in (("status", status), ("phase", phase)) if v}
+    if ident and ident.strip():
+        plan = plan_for_id(planq, ident)
+        keep = all(
+            want is None or got == want
+            for want, got in ((status, _status_of(plan)), (phase, _phase_of(plan)))
+        )
+        return Listing([plan] if keep else [], "1" if keep else "0", query=query)
+    if status is None and phase is None:
+        page = services.plan_page(planq, limit, offset)
+        end = offset + len(page.rows)
+        more = end < page.total or page.lower_bound
+        older = {"offset": str(end)} if more and end + limit <= MAX_PAGE_WINDOW else None
+        return Listing(page.rows, page.total_text(), older, query=query, offset=offset)
+    rows: list[Any] = []
+    at = offset
+    exhausted = False
+    while len(rows) < limit and at - offset < SCAN_CAP:
+        size = min(BATCH, MAX_PAGE_WINDOW - at)
+        if size < 1:
+            exhausted = True  # the window's end: offsets past it are not paged
+            break
+        batch = services.recent_plans(planq, size, at)
+        for plan in batch:
+            at += 1
+            if status in (None, _status_of(plan)) and phase in (None, _phase_of(plan)):
+                rows.append(plan)
+                if len(rows) == limit:
+                    break
+        if len(batch) < size and len(rows) < limit:
+            exhausted = True
+            break
+    older = None if exhausted or at + limit > MAX_PAGE_WINDOW else {**query, "offset": str(at)}
+    note = f"filtered while reading plans {offset + 1:,}-{at:,} (newest first); not counted"
+    return Listing(rows, "", older, note, query)
+
+
+def jobs(
+    planq: Planq,
+    limit: int,
+    after: str | None = None,
+    status: str | None = None,
+    phase: str | None = None,
+    ident: str | None = None,
+) -> Listing:
+    """Jobs newest first: by id, keyset pages with the store's bounded total, or walked."""
+    status = choice("status", status, JOB_STATUSES)
+    phase = choice("phase", phase, PHASES)
+    query = {k: v for k, v in (("status", status), ("phase", phase)) if v}
+    if ident and ident.strip():
+        found = [
+            j
+            for j in jobs_for_id(planq, ident)
+            if status in (None, _status_of(j)) and phase in (None, _phase_of(j))
+        ]
+        return Listing(found, str(len(found)), query=query)
+    if phase is None:
+        page = services.job_page(planq, status, None, limit, after=after)
+        older = {**query, "after": page.next_after} if page.next_after else None
+        return Listing(page.rows, page.total_text(), older, query=query)
+    rows: list[Any] = []
+    cursor = after
+    scanned = 0
+    exhausted = False
+    while len(rows) < limit and scanned < SCAN_CAP:
+        batch = services.list_jobs(planq, status, None, BATCH, after=cursor)
+        for job in batch:
+            scanned += 1
+            cursor = job.job_id
+            if _phase_of(job) == phase:
+                rows.append(job)
+                if len(rows) == limit:
+                    break
+        if len(batch) < BATCH and len(rows) < limit:
+            exhausted = True
+            break
+    older = None if exhausted or cursor is None else {**query, "after": cursor}
+    kind = f"{status} jobs" if status else "jobs"
+    note = f"phase filtered while reading {scanned:,} {kind} (newest first); not counted"
+    return Listing(rows, "", older, note, query)
