@@ -14,10 +14,10 @@ from planq.cli.api.fragments import (
     e,
     error_box,
     error_text,
+    finding_rows,
     job_actions,
     job_link,
     link,
-    pill,
     plan_link,
     run_progress,
     severity_pills,
@@ -162,12 +162,7 @@ def run_detail(
     if not page:
         found = f'<p class="muted">No findings after {offset} (of {total}).</p>'
     else:
-        rows = "".join(
-            f'<tr data-finding="{escape(f.id)}"><td>{pill(f.severity, f.severity)}</td>'
-            f"<td><code>{e(f.kind)}</code></td><td>{e(f.resource_id)}</td>"
-            f"<td><code>{e(f.detail)}</code></td><td>{when(f.created_at)}</td></tr>"
-            for f in page
-        )
+        rows = finding_rows(page)
         nav = []
         if offset > 0:
             nav.append(link(f"{base}?offset={max(offset - limit, 0)}", "« previous", "nav"))

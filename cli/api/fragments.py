@@ -353,6 +353,16 @@ def button_link(run: RunSummaryOut) -> str:
     )
 
 
+def finding_rows(page: list[FindingOut]) -> str:
+    """The table rows of a findings page (the run's fragment and its detail page)."""
+    return "".join(
+        f'<tr data-finding="{escape(f.id)}"><td>{pill(f.severity, f.severity)}</td>'
+        f"<td><code>{e(f.kind)}</code></td><td>{e(f.resource_id)}</td>"
+        f"<td><code>{e(f.detail)}</code></td><td>{when(f.created_at)}</td></tr>"
+        for f in page
+    )
+
+
 def findings_table(
     job_name: str, run_id: str, page: list[FindingOut], total: int, limit: int, offset: int
 ) -> str:
@@ -362,12 +372,7 @@ def findings_table(
     if not page:
         return head + f"none after {offset} (of {total}).</p>"
     shown = f"{offset + 1}-{offset + len(page)} of {total}"
-    rows = "".join(
-        f'<tr data-finding="{escape(f.id)}"><td>{pill(f.severity, f.severity)}</td>'
-        f"<td><code>{e(f.kind)}</code></td><td>{e(f.resource_id)}</td>"
-        f"<td><code>{e(f.detail)}</code></td><td>{when(f.created_at)}</td></tr>"
-        for f in page
-    )
+    rows = finding_rows(page)
     nav = []
     if offset > 0:
         nav.append(
