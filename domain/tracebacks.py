@@ -17,6 +17,7 @@ from planq.domain.redaction import Redactor, describe_exception, printable
 
 #: The share of the bound kept from the start; the rest goes to the last frames.
 HEAD_SHARE = 0.25
+_FRAME = '\n  File "'  #: where a frame of Python's traceback starts
 _CUT = "\n[... {chars} characters ({lines} lines) of the traceback cut by planq ...]\n"
 
 
@@ -35,8 +36,8 @@ def format_traceback(exc: BaseException) -> str:
 def bound_traceback(text: str, limit: int = MAX_TRACEBACK_LENGTH) -> str:
     """Text of at most `limit` characters: the head and the tail kept, the middle named.
 
-    Cuts fall on line ends where that keeps at least half of each part, so frames stay
-    whole; a single huge line (an exception message of megabytes) is cut inside it.
+    Cuts fall between frames (else between lines) where that keeps at least half of each
+    part; a single huge line (an exception message of megabytes) is cut inside it.
     """
     if len(text) <= limit:
         return text
@@ -45,12 +46,16 @@ def bound_traceback(text: str, limit: int = MAX_TRACEBACK_LENGTH) -> str:
         return text[:limit]
     head = text[: int(room * HEAD_SHARE)]
     tail = text[len(text) - (room - len(head)) :]
-    end = head.rfind("\n") + 1
-    if end * 2 >= len(head):
-        head = head[:end]
-    start = tail.find("\n") + 1
-    if start > 0 and start * 2 <= len(tail):
-        tail = tail[start:]
+    for mark in (_FRAME, "\n"):  # a whole frame where one fits, else a whole line
+        end = head.rfind(mark) + 1
+        if end * 2 >= len(head):
+            head = head[:end]
+            break
+    for mark in (_FRAME, "\n"):
+        start = tail.find(mark) + 1
+        if start > 0 and start * 2 <= len(tail):
+            tail = tail[start:]
+            break
     cut = text[len(head) : len(text) - len(tail)]
     return head.rstrip("\n") + _CUT.format(chars=len(cut), lines=cut.count("\n") + 1) + tail
 
