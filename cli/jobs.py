@@ -9,7 +9,7 @@ import typer
 from planq.cli import limits, services
 from planq.cli.context import Planq, planq
 from planq.cli.output import boundary, emit_json, print_fields, print_table, warn
-from planq.cli.views import job_dict, print_jobs
+from planq.cli.views import job_dict, print_job, print_jobs
 
 jobs_app = typer.Typer(help="Jobs in the ledger.", no_args_is_help=True)
 
@@ -57,13 +57,13 @@ def list_jobs(
 @jobs_app.command("show")
 @boundary
 def show(job_id: JobId, as_json: JsonOpt = False) -> None:
-    """One job, with its dispatch, heartbeat, cancel and checkpoint facts."""
+    """One job, with its dispatch, heartbeat, cancel and checkpoint facts, and its traceback."""
     with planq() as session:
-        data = job_dict(get_job(session, job_id), detail=True)
+        data = job_dict(get_job(session, job_id), detail=True, traceback=True)
     if as_json:
         emit_json(data)
     else:
-        print_fields(f"job {data['job_id']}", data)
+        print_job(f"job {data['job_id']}", data)
 
 
 @jobs_app.command("cancel")

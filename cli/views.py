@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from planq.cli.output import percent, print_table
+import typer
+
+from planq.cli.output import percent, print_fields, print_table
 
 JOB_COLUMNS = ("job id", "plan", "phase", "status", "attempt", "progress", "worker", "created")
 PLAN_COLUMNS = ("plan id", "name", "state", "steps", "created", "updated")
@@ -12,8 +14,13 @@ RUN_COLUMNS = ("run id", "job", "status", "scanned", "findings", "progress", "st
 FINDING_COLUMNS = ("finding id", "severity", "kind", "resource", "detail", "created")
 
 
-def job_dict(job: Any, detail: bool = False) -> dict[str, Any]:
-    """as_cli_dict, plus (for `show` and publishing commands) dispatch and cancel facts."""
+def job_dict(job: Any, detail: bool = False, traceback: bool = False) -> dict[str, Any]:
+    """as_cli_dict, plus (for `show` and publishing commands) dispatch and cancel facts.
+
+    traceback (one job's view: `jobs show`, the API's job): the failed job's stored
+    traceback, redacted and bounded at the write, as `error_traceback` (None when it has
+    none). Listings leave it out: up to 16 KiB a row.
+    """
     out: dict[str, Any] = job.as_cli_dict()
     out["dispatched"] = job.dispatched_at is not None
     if detail:
@@ -24,7 +31,18 @@ def job_dict(job: Any, detail: bool = False) -> dict[str, Any]:
             last_heartbeat=_iso(job.last_heartbeat),
             checkpoint=job.checkpoint,
         )
+    if traceback:
+        out["error_traceback"] = job.error_traceback
     return out
+
+
+def print_job(title: str, data: dict[str, Any]) -> None:
+    """One job's fields, then its traceback (if any) as plain text below, as Python prints it."""
+    fields = {key: value for key, value in data.items() if key != "error_traceback"}
+    print_fields(title, fields)
+    stack = data.get("error_traceback")
+    if stack:
+        typer.echo(f"\nerror traceback (redacted):\n{stack.rstrip()}")
 
 
 def _iso(value: Any) -> str | None:

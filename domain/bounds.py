@@ -27,6 +27,9 @@ ID_LENGTH = 26  #: job, plan, run and finding ids are ULIDs in String(26) column
 MAX_PLAN_NAME_LENGTH = 200  #: plans.name String(200)
 MAX_WORKER_ID_LENGTH = 255  #: async_jobs.worker_id String(255)
 MAX_ERROR_LENGTH = 4000  #: stored error messages are cut to this (redact_error)
+#: A failed job's stored traceback (async_jobs.error_traceback), after redaction: the head
+#: and the last frames are kept, the middle cut with a line saying so (domain/tracebacks.py).
+MAX_TRACEBACK_LENGTH = 16 * KIB
 MAX_JOB_NAME_LENGTH = 200  #: recoverable_runs.job_name String(200)
 MAX_OWNER_LENGTH = 255  #: recoverable_runs.owner String(255)
 MAX_KIND_LENGTH = 100  #: run_findings.kind String(100)

@@ -14,6 +14,7 @@ from planq.domain.bounds import (
     INT32_MAX,
     MAX_CHECKPOINT_BYTES,
     MAX_SCHEMA_VERSION,
+    MAX_TRACEBACK_LENGTH,
     MAX_WORKER_ID_LENGTH,
     MIN_SCHEMA_VERSION,
     check_int,
@@ -30,6 +31,7 @@ from planq.domain.ids import is_ulid, new_id
 from planq.domain.payload import deserialize_job_payload, serialize_job_payload
 from planq.domain.plans import PlanPhase
 from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.tracebacks import redact_traceback
 
 
 class AsyncJobStatus(StrEnum):
@@ -85,6 +87,11 @@ def check_error_message(error: object) -> str | None:
     return check_optional_text("error_message", error, MAX_ERROR_LENGTH, allow_empty=True)
 
 
+def check_error_traceback(text: object) -> str | None:
+    """A stored traceback: None or text of at most MAX_TRACEBACK_LENGTH chars, without NUL."""
+    return check_optional_text("error_traceback", text, MAX_TRACEBACK_LENGTH, allow_empty=True)
+
+
 def check_progress(progress: object) -> float | None:
     """Progress is None or a finite fraction between 0 and 1."""
     return None if progress is None else check_number("progress", progress, 0.0, 1.0)
@@ -129,6 +136,7 @@ def check_job_fields(job: AsyncJob) -> None:
     check_int("schema_version", job.schema_version, MIN_SCHEMA_VERSION, MAX_SCHEMA_VERSION)
     check_worker_id(job.worker_id, optional=True)
     check_error_message(job.error_message)
+    check_error_traceback(job.error_traceback)
     check_progress(job.progress)
     check_checkpoint_json(job.checkpoint_json)
     deserialize_job_payload(job.payload_json)
@@ -139,6 +147,11 @@ def redact_error(error: str | None, redactor: Redactor) -> str | None:
     if error is None:
         return None
     return redactor.bounded(str(error), MAX_ERROR_LENGTH)
+
+
+def redact_error_traceback(text: str | None, redactor: Redactor) -> str | None:
+    """Redact (the whole text, first) and bound a traceback before it can reach the ledger."""
+    return None if text is None else redact_traceback(text, redactor)
 
 
 class AsyncJob(BaseModel):
@@ -158,6 +171,8 @@ class AsyncJob(BaseModel):
     finished_at: datetime | None = None
     last_heartbeat: datetime | None = None
     error_message: str | None = None
+    #: A failed job's traceback (the executor's, chain and all): redacted, then bounded.
+    error_traceback: str | None = None
     attempt: int = Field(default=1, ge=1, le=INT32_MAX)
     retry_of: str | None = None
     dispatched_at: datetime | None = None
@@ -206,6 +221,11 @@ class AsyncJob(BaseModel):
     @classmethod
     def _error_fits(cls, value: str | None) -> str | None:
         return check_error_message(value)
+
+    @field_validator("error_traceback")
+    @classmethod
+    def _traceback_fits(cls, value: str | None) -> str | None:
+        return check_error_traceback(value)
 
     @field_validator("progress")
     @classmethod

@@ -18,7 +18,7 @@ from planq.domain.errors import (
     PlanNotFoundError,
     PlanqError,
 )
-from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error
+from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
@@ -68,6 +68,10 @@ class JobLedger:
     def redact_error(self, error: str | None) -> str | None:
         """An error as this ledger stores it: redacted, printable, bounded."""
         return redact_error(error, self.redactor)
+
+    def redact_traceback(self, text: str | None) -> str | None:
+        """A traceback as this ledger stores it: redacted as a whole, then bounded."""
+        return redact_error_traceback(text, self.redactor)
 
     # -- plan bookkeeping -------------------------------------------------------------
     def _follow(self, plan_id: str, phase: PlanPhase, status: AsyncJobStatus) -> Plan | None:
@@ -150,11 +154,14 @@ class JobLedger:
         status: AsyncJobStatus,
         error: str | None = None,
         worker_id: str | None = None,
+        *,
+        traceback: str | None = None,
     ) -> bool:
         """End a running job (held by worker_id, if given); False if it is not ours any more.
 
         Nothing is written twice: a job that already ended, or that a sweep took from this
-        worker, is left as it is.
+        worker, is left as it is. A failed job's error and traceback are redacted and
+        bounded here and written by the same one statement that ends it.
         """
         return self.jobs.finish(
             job.job_id,
@@ -163,6 +170,7 @@ class JobLedger:
             self.redact_error(error),
             worker_id=worker_id,
             follow_plan=self.plans is not None,
+            traceback=self.redact_traceback(traceback),
         )
 
     def cancel(self, job_id: str) -> CancelOutcome:

@@ -140,8 +140,12 @@ class JobStore(Protocol):
         *,
         worker_id: str | None = None,
         follow_plan: bool = False,
+        traceback: str | None = None,
     ) -> bool:
-        """CAS running (under worker_id, if given) -> terminal, the plan with it; who won."""
+        """CAS running (under worker_id, if given) -> terminal, the plan with it; who won.
+
+        A failed job keeps error and traceback, written by the same statement.
+        """
 
     def cancel_queued(self, job_id: str, now: datetime) -> bool:
         """Cancel a job only if it is still queued; whether this call ended it."""

@@ -24,6 +24,7 @@ from planq.store.validation import (
     check_batch_size,
     check_checkpoint_json,
     check_error_message,
+    check_error_traceback,
     check_flag,
     check_fresh_jobs,
     check_id,
@@ -154,16 +155,28 @@ class CheckedJobStore(ABC):
         *,
         worker_id: str | None = None,
         follow_plan: bool = False,
+        traceback: str | None = None,
     ) -> bool:
-        """CAS running (under worker_id, if given) -> terminal, the plan with it; who won."""
+        """CAS running (under worker_id, if given) -> terminal, the plan with it; who won.
+
+        A failed job's error and traceback are written by the same statement (kept only
+        when the status is failed).
+        """
         check_job_id(job_id)
         check_terminal_status(status)
         check_moment("now", now)
         check_error_message(error)
         check_worker_id(worker_id, optional=True)
         check_flag("follow_plan", follow_plan)
+        check_error_traceback(traceback)
         return self._finish(
-            job_id, status, now, error, worker_id=worker_id, follow_plan=follow_plan
+            job_id,
+            status,
+            now,
+            error,
+            worker_id=worker_id,
+            follow_plan=follow_plan,
+            traceback=traceback,
         )
 
     def cancel_queued(self, job_id: str, now: datetime) -> bool:
@@ -305,6 +318,7 @@ class CheckedJobStore(ABC):
         *,
         worker_id: str | None,
         follow_plan: bool,
+        traceback: str | None,
     ) -> bool: ...
 
     @abstractmethod

@@ -221,6 +221,7 @@ class InMemoryJobStore(CheckedJobStore):
         *,
         worker_id: str | None,
         follow_plan: bool,
+        traceback: str | None,
     ) -> bool:
         """CAS running (under worker_id, if given) -> terminal; the plan with it."""
         move = finish_move(status)
@@ -233,6 +234,7 @@ class InMemoryJobStore(CheckedJobStore):
             update: dict[str, Any] = {"status": status, "finished_at": now}
             if status is AsyncJobStatus.failed:
                 update["error_message"] = error
+                update["error_traceback"] = traceback
             row = row.model_copy(update=update)
             self._rows[job_id] = row
             if follow_plan:

@@ -102,6 +102,8 @@ class AsyncJobModel(Base):
     cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     progress: Mapped[float | None] = mapped_column(Float)
     checkpoint_json: Mapped[str | None] = mapped_column(Text)
+    #: a failed job's traceback, redacted and bounded (last: migration 0006 added it)
+    error_traceback: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint(_in("status", JOB_STATUSES), name="status"),

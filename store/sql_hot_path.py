@@ -71,7 +71,8 @@ SELECT job.*, {_PLAN_OUT} FROM job LEFT JOIN plan ON true
 _PG_FINISH = text("""
 WITH job AS (
     UPDATE async_jobs
-       SET status = :to, finished_at = :now, error_message = :error
+       SET status = :to, finished_at = :now, error_message = :error,
+           error_traceback = :traceback
      WHERE job_id = :job_id AND status = ANY(:sources)
        AND (NOT :fenced OR worker_id = :worker_id)
  RETURNING plan_id, phase
@@ -149,6 +150,7 @@ def pg_finish(
     status: AsyncJobStatus,
     now: datetime,
     error: str | None,
+    traceback: str | None,
     worker_id: str | None,
     follow: bool,
 ) -> bool:
@@ -159,6 +161,7 @@ def pg_finish(
             "job_id": job_id,
             "now": now,
             "error": error,
+            "traceback": traceback,
             "fenced": worker_id is not None,
             "worker_id": worker_id or "",
             "follow": follow,
@@ -219,6 +222,7 @@ def sqlite_finish(
     status: AsyncJobStatus,
     now: datetime,
     error: str | None,
+    traceback: str | None,
     worker_id: str | None,
     follow: bool,
 ) -> bool:
@@ -230,7 +234,9 @@ def sqlite_finish(
     row = conn.execute(
         update(J)
         .where(*where)
-        .values(status=status.value, finished_at=now, error_message=error)
+        .values(
+            status=status.value, finished_at=now, error_message=error, error_traceback=traceback
+        )
         .returning(J.plan_id, J.phase)
     ).first()
     if row is None:

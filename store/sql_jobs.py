@@ -224,12 +224,14 @@ class SqlJobStore(CheckedJobStore):
         *,
         worker_id: str | None,
         follow_plan: bool,
+        traceback: str | None,
     ) -> bool:
         """FINISH: running (under worker_id, if given) -> terminal; the plan with it."""
-        error = error if status is AsyncJobStatus.failed else None
+        if status is not AsyncJobStatus.failed:
+            error = traceback = None
         with self.db.connection("finish") as conn:
             run = pg_finish if self._pg else sqlite_finish
-            return run(conn, job_id, status, now, error, worker_id, follow_plan)
+            return run(conn, job_id, status, now, error, traceback, worker_id, follow_plan)
 
     def _cas(self, *where: Any, **values: Any) -> bool:
         with self.db.session() as s:

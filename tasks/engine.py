@@ -9,7 +9,7 @@ import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from planq.domain.bounds import MAX_WORKER_ID_LENGTH
 from planq.domain.cancellation import CancellationToken
@@ -23,6 +23,7 @@ from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.domain.tracebacks import describe_traceback
 from planq.tasks import metrics
 from planq.tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from planq.tasks.store_poller import StorePoller
@@ -50,11 +51,23 @@ class PickupResult(StrEnum):
 
 @dataclass(frozen=True)
 class Verdict:
-    """What running the executor decided: the status to write and the error to keep."""
+    """What running the executor decided: the status to write, the error (and traceback) kept."""
 
     status: AsyncJobStatus
     error: str | None
     result: PickupResult
+    #: the executor's traceback, redacted and bounded (an executor's exception only)
+    traceback: str | None = None
+
+
+class JobReport(NamedTuple):
+    """What a run did (the Celery task body reports it): the outcome and the failure written."""
+
+    result: PickupResult
+    #: the row's error (None unless failed), as the ledger keeps it
+    error: str | None = None
+    #: the row's traceback (None unless the executor raised), as the ledger keeps it
+    traceback: str | None = None
 
 
 def default_node_name() -> str:
@@ -160,14 +173,15 @@ class AsyncWorker:
 
     def run_job(self, job_id: str) -> PickupResult:
         """Claim by id (no read first), run, finish; what happened."""
-        return self.run_job_reporting(job_id)[0]
+        return self.run_job_reporting(job_id).result
 
-    def run_job_reporting(self, job_id: str) -> tuple[PickupResult, str | None]:
-        """The Celery task body: run_job, plus the error it wrote (None unless failed).
+    def run_job_reporting(self, job_id: str) -> JobReport:
+        """The Celery task body: run_job, plus the error and traceback it wrote.
 
         Two ledger round trips on PostgreSQL: the claim moves the job and its plan and
-        returns both; the finish ends the job and moves the plan. Each rides out an outage.
-        The error comes back as the row keeps it, so the task reports it without a read.
+        returns both; the finish ends the job and moves the plan (error and traceback in
+        the same statement). Each rides out an outage. The error and traceback come back
+        as the row keeps them, so the task reports them without a read.
         """
         claimed = ride_out_outage(
             lambda: self.ledger.claim(job_id, self.worker_id),
@@ -178,7 +192,7 @@ class AsyncWorker:
             logger.info(
                 "job %s: not claimable (unknown, owned by another delivery, or ended)", job_id
             )
-            return PickupResult.skipped, None
+            return JobReport(PickupResult.skipped)
         job, plan = claimed
         token = self.tracker.track(job.job_id)
         try:
@@ -188,12 +202,16 @@ class AsyncWorker:
         verdict, wrote = self._finish(job, verdict)
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
-            return PickupResult.finished_elsewhere, None
+            return JobReport(PickupResult.finished_elsewhere)
         self._count(verdict.result)
         self.observe_end(job, verdict.status)
         if verdict.status is AsyncJobStatus.failed:
             self._maybe_retry(job)
-        return verdict.result, self.ledger.redact_error(verdict.error)
+        return JobReport(
+            verdict.result,
+            self.ledger.redact_error(verdict.error),
+            self.ledger.redact_traceback(verdict.traceback),
+        )
 
     def _finish(self, job: AsyncJob, verdict: Verdict) -> tuple[Verdict, bool]:
         """Write the verdict; a finish the ledger rejects ends the job failed, saying so.
@@ -205,7 +223,13 @@ class AsyncWorker:
 
         def write(outcome: Verdict) -> bool:
             return ride_out_outage(
-                lambda: self.ledger.finish(job, outcome.status, outcome.error, self.worker_id),
+                lambda: self.ledger.finish(
+                    job,
+                    outcome.status,
+                    outcome.error,
+                    self.worker_id,
+                    traceback=outcome.traceback,
+                ),
                 f"finish {job.job_id}",
                 monitor=self.outages,
             )
@@ -231,8 +255,11 @@ class AsyncWorker:
             if token.is_cancelled:
                 return self._stopped(token)
             error = describe_exception(exc, self.redactor)
-            logger.warning("job %s failed: %s", job.job_id, error)
-            return Verdict(AsyncJobStatus.failed, error, PickupResult.failed)
+            stack = describe_traceback(exc, self.redactor)
+            # Once, with the stack: already redacted text (a handler without planq's filter,
+            # or a tool that reads exc_info, never sees the raw exception), and bounded.
+            logger.error("job %s failed: %s\n%s", job.job_id, error, stack.rstrip("\n"))
+            return Verdict(AsyncJobStatus.failed, error, PickupResult.failed, stack)
         if token.is_cancelled:
             return self._stopped(token)
         return Verdict(AsyncJobStatus.succeeded, None, PickupResult.succeeded)

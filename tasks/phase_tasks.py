@@ -28,6 +28,16 @@ class PhaseJobFailed(Exception):
     """The job ran and ended failed: its redacted ledger error, for Flower's FAILURE row."""
 
 
+class ExecutorTraceback(Exception):
+    """The failed job's stored traceback (redacted, bounded), as PhaseJobFailed's cause.
+
+    Never raised: Celery formats the task's exception with its cause chain into the
+    task-failed event's `traceback` (what Flower's task page shows), so the user's own
+    frames are shown above planq's, from the row's redacted text only. The one-line
+    `exception` Flower shows stays PhaseJobFailed's.
+    """
+
+
 class InvalidJobMessage(Exception):
     """A message that names no job (crafted, or not planq's): dropped, nothing run.
 
@@ -84,7 +94,8 @@ class PhaseTask(Task):  # type: ignore[misc]
     def run(self, *args: Any, job_id: Any = None, plan_id: Any = None, **_: Any) -> str:
         """Claim and run the job, then tell Celery (and so Flower) what the ledger says.
 
-        succeeded -> SUCCESS; failed -> FAILURE with the row's redacted error; cancelled
+        succeeded -> SUCCESS; failed -> FAILURE with the row's redacted error (and, as its
+        cause, the row's redacted traceback: Flower shows the user's frames); cancelled
         -> REVOKED; a delivery that found the job owned or ended elsewhere -> IGNORED (so
         a dropped duplicate never overwrites the real delivery's state). Every outcome is
         acked: none is redelivered. A message with no valid job id (or with positional
@@ -96,7 +107,7 @@ class PhaseTask(Task):  # type: ignore[misc]
             logger.warning("%s: message without a valid job id (%s): dropped", self.name, shown)
             raise InvalidJobMessage(f"no valid job id in the message: {shown}")
         try:
-            result, error = runtime.worker.run_job_reporting(job_id)
+            result, error, stack = runtime.worker.run_job_reporting(job_id)
         except Exception as exc:
             # Celery logs, stores and sends (to Flower) what escapes: only its redacted text,
             # with neither its traceback's cause chain nor its own message.
@@ -104,7 +115,8 @@ class PhaseTask(Task):  # type: ignore[misc]
         if result is PickupResult.succeeded:
             return result.value
         if result in (PickupResult.failed, PickupResult.interrupted):
-            raise PhaseJobFailed(error or result.value)
+            failed = PhaseJobFailed(error or result.value)
+            raise failed from (None if stack is None else ExecutorTraceback(stack))
         if result is PickupResult.cancelled:
             self.send_event("task-revoked", terminated=False, signum=None, expired=False)
         raise Ignore()

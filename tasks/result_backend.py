@@ -3,8 +3,9 @@
 The ledger stays the only store. Nothing is written here: the phase tasks ignore their
 results, storing and forgetting are no-ops, and a state is always derived from the row
 (queued -> PENDING, running -> STARTED, succeeded -> SUCCESS, failed -> FAILURE,
-cancelled -> REVOKED). An id with no row (unknown, purged by TTL cleanup, or a maintenance
-or runs task) is PENDING, as in Celery. Configured by `worker_config.celery_config` as
+cancelled -> REVOKED); `AsyncResult.traceback` is the row's stored traceback. An id with
+no row (unknown, purged by TTL cleanup, or a maintenance or runs task) is PENDING, as in
+Celery. Configured by `worker_config.celery_config` as
 `result_backend = "planq.tasks.result_backend:LedgerBackend"`.
 """
 
@@ -81,6 +82,9 @@ def job_info(job: AsyncJob) -> dict[str, Any]:
 def task_meta(task_id: str, job: AsyncJob | None) -> dict[str, Any]:
     """Celery's meta for the row: the info dict, or the typed error for failed/cancelled.
 
+    `traceback` is the row's: a failed job's executor traceback, redacted and bounded at
+    the write (`AsyncResult.traceback`), None otherwise.
+
     The error instance itself is the result (never a dict for Celery to rebuild an
     exception from), so `get()` raises exactly JobFailedError / JobCancelledError.
     """
@@ -104,6 +108,7 @@ def task_meta(task_id: str, job: AsyncJob | None) -> dict[str, Any]:
         task_id=job.job_id,
         status=STATE_FOR_STATUS[job.status],
         result=result,
+        traceback=job.error_traceback,
         date_done=info["finished_at"],
         name=f"planq.{job.phase.value}_plan",
         worker=job.worker_id,

@@ -137,3 +137,42 @@ def custom_token_chain(ctx: JobContext) -> None:
     except RuntimeError:
         ctx.logger.exception("upstream call failed with %s", LOGGED_TOKEN)
         raise
+
+
+#: In a user function's exception: one secret the built-in patterns catch, one only the
+#: custom `tok_…` pattern does (issue 19, item 2: the user's traceback, kept and redacted).
+TRACEBACK_PASSWORD = "hunter2TRACE"
+TRACEBACK_TOKEN = "tok_TRACEBACKv5R1"
+#: How deep `deep_user_bug` recurses (two alternating frames: Python cannot fold them).
+DEEP = 300
+
+
+def parse_user_row(row: str) -> int:
+    """A user's own helper with a bug: the frame a stored traceback must show."""
+    fields = row.split(",")
+    if len(fields) < 3:
+        raise ValueError(
+            f"row {row!r} has {len(fields)} fields; "
+            f"password={TRACEBACK_PASSWORD} token {TRACEBACK_TOKEN}"
+        )
+    return len(fields)
+
+
+def user_bug(ctx: JobContext) -> None:
+    """Call a user's helper that raises (with secrets in its message) two frames down."""
+    parse_user_row("a,b")
+
+
+def _descend(depth: int) -> None:
+    if depth <= 0:
+        parse_user_row("short")
+    _ascend(depth - 1)
+
+
+def _ascend(depth: int) -> None:
+    _descend(depth - 1)
+
+
+def deep_user_bug(ctx: JobContext) -> None:
+    """Raise from DEEP alternating frames down: a traceback far over the stored bound."""
+    _descend(DEEP)

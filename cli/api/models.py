@@ -220,7 +220,10 @@ class PurgeOut(BaseModel):
 
 # -- the job ledger -------------------------------------------------------------------------
 class JobOut(BaseModel):
-    """A phase job's ledger row, with progress, dispatch facts and its checkpoint."""
+    """A phase job's ledger row, with progress, dispatch facts and its checkpoint.
+
+    As listed: a failed job's traceback is only in one job's view (`JobDetail`).
+    """
 
     job_id: str
     plan_id: str
@@ -247,6 +250,17 @@ class JobOut(BaseModel):
     def of(cls, job: Any) -> JobOut:
         """From an AsyncJob, through the CLI's own view of it (one source of field names)."""
         return cls.model_validate(job_dict(job, detail=True))
+
+
+class JobDetail(JobOut):
+    """One job's row, with a failed job's traceback (redacted and bounded at the write)."""
+
+    error_traceback: str | None = None
+
+    @classmethod
+    def of(cls, job: Any) -> JobDetail:
+        """From an AsyncJob, through `planq jobs show --json`'s view of it."""
+        return cls.model_validate(job_dict(job, detail=True, traceback=True))
 
 
 class PlanOut(BaseModel):

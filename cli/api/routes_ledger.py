@@ -11,6 +11,7 @@ from planq.cli.api.auth import require_read, require_write
 from planq.cli.api.models import (
     CancelJobOut,
     CleanupOut,
+    JobDetail,
     JobOut,
     JobsPage,
     PlanDetail,
@@ -121,9 +122,9 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}", dependencies=READ)
-def show_job(planq: Session, job_id: JobId) -> JobOut:
-    """One job: progress, heartbeat, dispatch and cancel facts, its checkpoint."""
-    return JobOut.of(services.find_job(planq, job_id))
+def show_job(planq: Session, job_id: JobId) -> JobDetail:
+    """One job: progress, heartbeat, dispatch and cancel facts, its checkpoint, its traceback."""
+    return JobDetail.of(services.find_job(planq, job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", dependencies=WRITE, responses={404: {}, 409: {}})

@@ -131,6 +131,12 @@ def test_the_worker_log_never_shows_a_custom_pattern_secret_even_in_a_chained_tr
     assert "The above exception was the direct cause of the following exception" in log
     assert f"KeyError: 'credential {REDACTED} not accepted'" in log
     assert f"RuntimeError: upstream refused {REDACTED}" in log
+    # The engine logs the failure once, ERROR, with the executor's stack (issue 19, item 2).
+    assert log.count(f"job {job_id} failed:") == 1, log[-3000:]
+    failed = re.search(rf"ERROR/\S+\] job {job_id} failed: RuntimeError: upstream refused", log)
+    assert failed is not None, log[-3000:]
+    after = log[failed.end() :]
+    assert after.index("in custom_token_chain") < after.index("PhaseJobFailed")
     no_token("the worker log", log)
 
 
@@ -154,6 +160,12 @@ def test_flower_shows_only_redacted_text_for_a_custom_pattern_secret(
     job = flower_task(flower, job_id, "FAILURE")
     assert job["exception"] == f"PhaseJobFailed('RuntimeError: upstream refused {REDACTED}')"
     assert "PhaseJobFailed: RuntimeError: upstream refused" in job["traceback"]
+    # The user's frames, from the row's redacted traceback, above planq's own.
+    assert 'executors_for_tests.py", line' in job["traceback"]
+    assert "in custom_token_chain" in job["traceback"]
+    assert f"KeyError: 'credential {REDACTED} not accepted'" in job["traceback"]
+    shown = job["traceback"]
+    assert shown.index("in custom_token_chain") < shown.index('phase_tasks.py", line')
     run = flower_task(flower, run_id, "FAILURE")
     assert run["exception"].startswith('RunFailed("ledger_consistency param batch_size'), run
     assert REDACTED in run["exception"] and REDACTED in run["args"]
@@ -208,6 +220,7 @@ def test_async_result_shows_only_redacted_text_for_a_custom_pattern_secret(
     no_token("AsyncResult.get()", str(raised.value))
     no_token("AsyncResult.info", repr(result.info))
     no_token("AsyncResult.traceback", repr(result.traceback))
+    assert result.traceback is not None and "in custom_token_chain" in result.traceback
 
 
 @pytest.fixture

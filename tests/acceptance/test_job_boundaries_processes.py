@@ -131,4 +131,9 @@ def test_unstorable_and_unprintable_errors_fail_the_job_at_once_redacted(
     )
     log = log_text(worker)
     assert "hunter2" not in log and "\x00" not in log
-    assert "DataError" not in log and "Traceback" not in log
+    assert "DataError" not in log
+    # The only stacks logged are the executors' own, once each, under their one line
+    # (issue 19, item 2): no store error and no outage retry logs one.
+    assert log.count("Traceback (most recent call last)") == 2, log[-3000:]
+    for job_id in ids.values():
+        assert log.count(f"job {job_id} failed:") == 1, log[-3000:]

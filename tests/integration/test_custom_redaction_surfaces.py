@@ -129,6 +129,10 @@ def test_ledger_rows_hold_only_redacted_text(app: Celery, written: dict[str, str
     job = runtime.jobs.get(written["job"])
     assert job is not None and job.status is AsyncJobStatus.failed
     assert job.error_message == f"RuntimeError: upstream refused {REDACTED}"
+    # The executor's traceback, its cause chain with it, redacted (issue 19, item 2).
+    assert job.error_traceback is not None and "in custom_token_chain" in job.error_traceback
+    assert f"KeyError: 'credential {REDACTED} not accepted'" in job.error_traceback
+    assert job.error_traceback.rstrip().endswith(job.error_message)
     paused = runtime.runs.get_run_by_id(written["paused"])
     assert paused is not None and paused.status is RunStatus.Paused
     assert paused.error_message == f"RuntimeError: upstream refused {REDACTED}"
@@ -176,6 +180,9 @@ def test_the_cli_shows_only_redacted_text(cli_env: None, written: dict[str, str]
         no_token(f"planq {' '.join(args)}", result.output)
     shown = CliRunner().invoke(cli_app, ["jobs", "show", written["job"], "--json"]).output
     assert json.loads(shown)["error_message"] == f"RuntimeError: upstream refused {REDACTED}"
+    assert "in custom_token_chain" in json.loads(shown)["error_traceback"]
+    table = CliRunner().invoke(cli_app, ["jobs", "show", written["job"]]).output
+    assert "error traceback (redacted):" in table and "in custom_token_chain" in table
 
 
 def test_the_admin_api_and_dashboard_show_only_redacted_text(
@@ -227,6 +234,7 @@ def test_the_admin_api_and_dashboard_show_only_redacted_text(
             no_token(f"GET {path}", response.text)
         job = api.get(f"/api/ledger/jobs/{written['job']}").json()
         assert REDACTED in json.dumps(job)
+        assert "in custom_token_chain" in job["error_traceback"]
         # The API process's log handlers redact with the same patterns (message and args).
         api_logger.warning("upstream said %s", CUSTOM_TOKEN)
         assert f"upstream said {REDACTED}" in stream.getvalue()
@@ -280,6 +288,9 @@ def test_an_embedded_worker_logs_only_redacted_text(
     text = caplog.text
     assert "upstream call failed with" in text
     assert "The above exception was the direct cause" in text
+    # The engine's own record of the failure: once, ERROR, with the executor's stack.
+    (failed,) = [r for r in caplog.records if r.getMessage().startswith(f"job {job_id} failed:")]
+    assert failed.levelno == logging.ERROR and "in custom_token_chain" in failed.getMessage()
     no_token("the embedded worker's log", text)
 
 

@@ -130,6 +130,20 @@ def test_finish_only_from_running_and_only_once(jobs: JobStore, status: AsyncJob
     assert stored.error_message == ("boom" if status is AsyncJobStatus.failed else None)
 
 
+@pytest.mark.parametrize(
+    "status", [AsyncJobStatus.succeeded, AsyncJobStatus.failed, AsyncJobStatus.cancelled]
+)
+def test_finish_keeps_a_failed_jobs_traceback_only(jobs: JobStore, status: AsyncJobStatus) -> None:
+    job = make_job()
+    jobs.add(job)
+    jobs.claim(job.job_id, "w", utcnow())
+    stack = 'Traceback (most recent call last):\n  File "u.py", line 3, in f\nValueError: x\n'
+    assert jobs.finish(job.job_id, status, utcnow(), "ValueError: x", traceback=stack)
+    stored = jobs.get(job.job_id)
+    assert stored is not None
+    assert stored.error_traceback == (stack if status is AsyncJobStatus.failed else None)
+
+
 def test_finish_rejects_non_terminal_status(jobs: JobStore) -> None:
     with pytest.raises(ValueError):
         jobs.finish(new_id(), AsyncJobStatus.running, utcnow())

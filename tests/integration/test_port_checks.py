@@ -57,6 +57,7 @@ NO_ARGUMENTS = {
 #: Which field a refusal names, where it is not the parameter's own name.
 FIELD = {
     "error": "error_message",
+    "traceback": "error_traceback",
     "key": "param key",
     "value": "param value",
     ("seed_progress_params", "kind"): "progress kind",
@@ -80,6 +81,7 @@ def _valid() -> dict[Any, Callable[[], object]]:
         "resent_before": utcnow,
         "status": lambda: AsyncJobStatus.failed,
         "error": lambda: "boom",
+        "traceback": lambda: "Traceback (most recent call last):\nValueError: boom\n",
         "follow_plan": lambda: False,
         "progress": lambda: 0.5,
         "checkpoint_json": lambda: "{}",

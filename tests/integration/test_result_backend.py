@@ -132,7 +132,11 @@ def test_failure_raises_the_typed_error_with_the_redacted_text(planq: Started) -
         assert "SECRETVALUE123" not in str(err) and "SECRETVALUE123" not in repr(err.info)
         assert err.info["status"] == "failed" and err.info["error"] == row.error_message
         assert result.state == states.FAILURE and result.ready() and result.failed()
-        assert not result.successful() and result.traceback is None
+        assert not result.successful()
+        # The row's traceback: the user's frame, redacted (issue 19, item 2).
+        assert result.traceback == row.error_traceback
+        assert 'executors_for_tests.py", line' in result.traceback
+        assert "in leak_secret" in result.traceback and "SECRETVALUE123" not in result.traceback
         assert result.get(propagate=False) is result.info  # Celery's convention: the error
         with pytest.raises(JobFailedError):  # and the client's wait says the same
             client.wait_for_job(result.id, timeout=5, app=app)
