@@ -139,7 +139,7 @@ def job_html(planq: Planq, job_id: str, flower_url: str) -> str:
     from planq.cli.views import job_dict
 
     return detail_html.job_detail(
-        job_dict(services.find_job(planq, job_id), detail=True), flower_url
+        job_dict(services.find_job(planq, job_id), detail=True, traceback=True), flower_url
     )
 
 

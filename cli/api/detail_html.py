@@ -137,7 +137,10 @@ def job_detail(values: dict[str, Any], flower_url: str) -> str:
     )
     trace = values.get("error_traceback")
     if trace:
-        box += f'<h3>Traceback</h3><pre class="error-text" id="job-traceback">{escape(trace)}</pre>'
+        box += (
+            "<h3>Traceback (redacted)</h3>"
+            f'<pre class="error-text" id="job-traceback">{escape(str(trace))}</pre>'
+        )
     model = JobOut.model_validate(values)
     actions = job_actions(model)
     return (

@@ -12,6 +12,7 @@ real-process Flower page is checked in tests/acceptance/test_custom_redaction.py
 
 from __future__ import annotations
 
+import html
 import inspect
 import json
 import logging
@@ -181,6 +182,11 @@ def test_the_users_frame_is_kept_and_redacted_on_every_surface(
         assert response.status_code == 200, response.text[:500]
         assert response.json()["error_traceback"] == stored
         no_secret("GET /api/ledger/jobs/{id}", response.text)
+        # The dashboard's job page shows it too, escaped, under its label.
+        page = api.get(f"/dashboard/fragments/job/{row.job_id}")  # the page loads it
+        assert page.status_code == 200, page.text[:500]
+        assert "Traceback (redacted)" in page.text
+        shows_the_user_frame("the dashboard's job page", html.unescape(page.text))
     finally:
         api.close()
 
