@@ -140,5 +140,5 @@ def test_an_unknown_database_driver_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert only_line(done) == (
         "planq: invalid setting: PLANQ_DATABASE_URL=mysql://x: the ledger runs on SQLite or "
-        "PostgreSQL (sqlite:///path or postgresql://user@host/db), not 'mysql'"
+        "PostgreSQL (sqlite:///path, or postgresql:// or postgres://user@host/db), not 'mysql'"
     )

@@ -411,7 +411,16 @@ def test_ctrl_c_in_watch_says_the_job_keeps_running_and_how_to_cancel_it(
 
         wait_for(bars_drawn, timeout=60, interval=0, what="the watch to draw the running job")
         watch.send_signal(signal.SIGINT)  # what Ctrl-C sends to the foreground process
-        _, err = watch.communicate(timeout=30)
+        # Keep reading the terminal until it exits: its last frame (and the bars drawn
+        # while a loaded machine delivers the signal) must not block on a full pty.
+        deadline = time.monotonic() + 30
+        while watch.poll() is None and time.monotonic() < deadline:
+            if select.select([main], [], [], 0.1)[0]:
+                try:
+                    drawn.extend(os.read(main, 65536))
+                except OSError:  # EIO: the child closed the terminal
+                    break
+        _, err = watch.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         if watch.poll() is None:
             os.killpg(watch.pid, signal.SIGKILL)
