@@ -398,6 +398,9 @@ def test_ctrl_c_in_watch_says_the_job_keeps_running_and_how_to_cancel_it(
         stdout=child,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # A person's shell hands Ctrl-C to the program; a CI job started in the background
+        # ignores SIGINT, and that SIG_IGN would be inherited: give the child the default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(child)
     drawn = bytearray()
