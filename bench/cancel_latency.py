@@ -30,7 +30,7 @@ from bench.bench_executors import REDIS, started_key, tripped_key  # noqa: E402
 from planq.domain.plans import Plan  # noqa: E402
 from planq.store.migrate import upgrade  # noqa: E402
 from planq.tasks.runtime import reset_runtime, runtime_for  # noqa: E402
-from planq.worker_config.factory import create_app  # noqa: E402
+from planq.worker_config.bootstrap import bootstrap  # noqa: E402
 from planq.worker_config.settings import load_settings  # noqa: E402
 
 BROKER = os.environ.get("PLANQ_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
@@ -88,7 +88,7 @@ def measure(pool: str, cancels: int, db_url: str, heartbeat: float) -> list[floa
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    app = create_app(
+    app = bootstrap(
         load_settings(
             broker_url=BROKER, database_url=db_url, heartbeat_interval=heartbeat, job_timeout=60
         )

@@ -139,10 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             PLANQ_DEFAULT_EXECUTOR=args.executor,
         )
         from planq.tasks.runtime import reset_runtime, runtime_for
-        from planq.worker_config.factory import create_app
+        from planq.worker_config.bootstrap import bootstrap
         from planq.worker_config.settings import load_settings
 
-        app = create_app(load_settings())
+        app = bootstrap(load_settings())
         task = app.tasks["planq.execute_plan"]
         runtime = runtime_for(app)
         counter = SqlCounter(runtime.db.engine)

@@ -758,7 +758,7 @@ def ledger_system(
         "BENCH_JOB_SECONDS": str(args.job_seconds),
     }
     os.environ.update(env)  # the producer apps read the same environment as the workers
-    from planq.worker_config.factory import create_app
+    from planq.worker_config.bootstrap import bootstrap
     from planq.worker_config.settings import load_settings
 
     remaining = iter(plan_ids)
@@ -781,7 +781,7 @@ def ledger_system(
     # planq itself, configured as it ships; "planq-noev" is the same app with every Celery
     # task event off (its worker module, bench/planq_noevents.py, turns them off too).
     events = name == "planq"
-    app = create_app(load_settings())
+    app = bootstrap(load_settings())
     if not events:
         set_events(app, False)
     execute_plan = app.tasks["planq.execute_plan"]

@@ -31,9 +31,9 @@ def load_settings() -> Any:
 
 def build_app(settings: Any) -> Any:
     """The Celery app for these settings (tests may wrap this to add tasks)."""
-    from planq.worker_config.factory import create_app
+    from planq.worker_config.bootstrap import bootstrap
 
-    return create_app(settings)
+    return bootstrap(settings)
 
 
 class Planq:

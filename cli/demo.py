@@ -30,7 +30,7 @@ from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
 from planq.tasks.embedded import EmbeddedWorker
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
-from planq.worker_config.factory import create_app
+from planq.worker_config.bootstrap import bootstrap
 from planq.worker_config.settings import load_settings
 
 #: Deadlines: the demo fails with a clear message rather than hang.
@@ -76,7 +76,7 @@ def _demo_app(tmp: Path) -> Celery:
         relay_interval=2,
         cleanup_interval=60,
     )
-    app = create_app(settings, main="planq-demo")
+    app = bootstrap(settings, main="planq-demo")
     app.conf.beat_schedule_filename = str(tmp / "celerybeat-schedule")
     # memory:// is polled, every 1 s by default: up to a second added to each pickup.
     app.conf.broker_transport_options = {

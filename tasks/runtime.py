@@ -243,7 +243,7 @@ def holder_of(app: Any) -> RuntimeHolder:
     """The app's holder; RuntimeError if app was not built by planq's composition root."""
     holder: RuntimeHolder | None = getattr(app, "planq", None)
     if holder is None:
-        raise RuntimeError(f"{app!r} is not a planq app (build it with worker_config.create_app)")
+        raise RuntimeError(f"{app!r} is not a planq app (build it with worker_config.bootstrap)")
     return holder
 
 

@@ -19,8 +19,8 @@ from planq.domain.jobs import AsyncJobStatus
 from planq.domain.ports import JobStore
 from planq.tasks.embedded import EmbeddedWorker
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.worker_config.bootstrap import bootstrap
 from planq.worker_config.celery_config import ALL_QUEUES
-from planq.worker_config.factory import create_app
 from planq.worker_config.settings import load_settings
 from tests.support import wait_for
 
@@ -38,7 +38,7 @@ def make_app(broker_url: str, database_url: str, **overrides: Any) -> Celery:
     settings = load_settings(
         broker_url=broker_url, database_url=database_url, **{**FAST, **overrides}
     )
-    return create_app(settings)
+    return bootstrap(settings)
 
 
 @contextmanager

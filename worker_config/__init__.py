@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from planq.domain.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from planq.worker_config.factory import create_app
+    from planq.worker_config.bootstrap import bootstrap
     from planq.worker_config.settings import PlanqSettings, load_settings
 
 #: Exit status of `celery -A worker_config …` refused for an invalid setting (as the CLI's).
 BAD_SETTING_EXIT = 2
 _LAZY = {
-    "create_app": "planq.worker_config.factory",
+    "bootstrap": "planq.worker_config.bootstrap",
     "PlanqSettings": "planq.worker_config.settings",
     "load_settings": "planq.worker_config.settings",
 }
@@ -39,11 +39,11 @@ _built: dict[str, Any] = {}
 
 def get_app() -> Any:
     """The process's default planq app, built from the environment on first use."""
-    from planq.worker_config.factory import create_app
+    from planq.worker_config.bootstrap import bootstrap
 
     with _lock:
         if "app" not in _built:
-            _built["app"] = create_app()
+            _built["app"] = bootstrap()
         return _built["app"]
 
 
@@ -74,7 +74,7 @@ def _loaded_by_celery_command() -> bool:
 
 
 def __getattr__(name: str) -> Any:
-    """`app`, the phase tasks and the factory, imported or built lazily (PEP 562)."""
+    """`app`, the phase tasks and `bootstrap`, imported or built lazily (PEP 562)."""
     if name == "app":
         return _celery_command_app()
     if name in _TASKS:
@@ -90,7 +90,7 @@ __all__ = [
     "PlanqSettings",
     "app",
     "apply_plan",
-    "create_app",
+    "bootstrap",
     "execute_plan",
     "get_app",
     "load_settings",

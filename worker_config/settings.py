@@ -166,7 +166,7 @@ class PlanqSettings(BaseSettings):
     def redactor(self) -> Redactor:
         """THE redactor: built-in patterns plus PLANQ_REDACTION_PATTERNS (checked above).
 
-        Each composition root (worker_config.factory, the CLI/API session) calls this once
+        Each composition root (worker_config.bootstrap, the CLI/API session) calls this once
         and hands the result to everything that stores or shows text.
         """
         return Redactor.from_patterns(self.redaction_patterns)

@@ -13,7 +13,7 @@ from pathlib import Path
 from planq.cli.demo import foreign_tasks
 from planq.domain.jobs import AsyncJobStatus
 from planq.store import Database, sql_ledger
-from planq.worker_config.factory import create_app
+from planq.worker_config.bootstrap import bootstrap
 from planq.worker_config.settings import PlanqSettings, load_settings
 
 
@@ -81,9 +81,9 @@ def test_demo_refuses_tasks_bound_to_another_app(tmp_path: Path) -> None:
     def settings(name: str) -> PlanqSettings:
         return load_settings(broker_url="memory://", database_url=f"sqlite:///{tmp_path / name}")
 
-    other = create_app(settings("other.db"))
+    other = bootstrap(settings("other.db"))
     other.finalize()
-    app = create_app(settings("demo.db"))
+    app = bootstrap(settings("demo.db"))
     app.finalize()
     assert foreign_tasks(app) == []
 

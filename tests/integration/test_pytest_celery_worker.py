@@ -4,7 +4,7 @@ pytest-celery 1.x keeps Celery's classic fixtures (`celery_config`, `celery_para
 `celery_worker_pool`, `celery_worker_parameters`, `celery_session_app`,
 `celery_session_worker`) and shadows only the function-scoped `celery_worker` with its
 Docker-based `CeleryTestWorker`. So these tests override the classic knobs and let the
-plugin build the app and start the worker: `configure_app` makes its app a planq app
+plugin build the app and start the worker: `bootstrap(settings, app=…)` makes its app a planq app
 before the worker starts (`celery_worker_parameters` depends on it), and the worker is a
 threads pool on a Redis database of its own (it lives for the rest of the session).
 
@@ -26,8 +26,8 @@ from planq.domain.jobs import AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.store.migrate import upgrade
 from planq.tasks.runtime import Runtime, runtime_for
+from planq.worker_config.bootstrap import bootstrap
 from planq.worker_config.celery_config import celery_config as planq_celery_config
-from planq.worker_config.factory import configure_app
 from planq.worker_config.settings import PlanqSettings, load_settings
 from tests.celery_support import FAST, wait_for_status
 from tests.support import create_pg_database, drop_pg_database, flush_redis
@@ -69,7 +69,7 @@ def celery_worker_pool() -> str:
 @pytest.fixture(scope="session")
 def planq_app(celery_session_app: Celery, planq_settings: PlanqSettings) -> Celery:
     """The plugin's session app, made a planq app (tasks, ledger runtime, signals)."""
-    return configure_app(celery_session_app, planq_settings)
+    return bootstrap(planq_settings, app=celery_session_app)
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ from planq.tasks.recoverable import (
     request_cancel,
 )
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
-from planq.worker_config.factory import create_app
+from planq.worker_config.bootstrap import bootstrap
 from planq.worker_config.settings import load_settings
 from tests.celery_support import embedded_runtime, make_app
 from tests.runs_support import JOB, findings, wait_run
@@ -444,7 +444,7 @@ def test_the_periodic_sweep_pauses_only_runs_whose_worker_is_gone(
 # -- registration -----------------------------------------------------------------------------
 def offline_app(**settings: Any) -> Celery:
     """An app that never connects (these tests only inspect its configuration)."""
-    return create_app(load_settings(database_url="sqlite:///unused.db", **settings))
+    return bootstrap(load_settings(database_url="sqlite:///unused.db", **settings))
 
 
 def test_the_task_has_no_time_limit_and_is_acked_on_receipt() -> None:

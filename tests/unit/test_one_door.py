@@ -78,3 +78,28 @@ def test_a_sqlite_ledger_migrates_itself_once(tmp_path: Path) -> None:
 def test_postgresql_is_never_migrated_automatically() -> None:
     # No connection is attempted: the URL's backend decides (port 1 would refuse).
     assert migrate_sqlite("postgresql://planq@127.0.0.1:1/nowhere") is False
+
+
+def calls_of(path: Path, names: set[str]) -> set[str]:
+    """The names in `names` a module calls (plain or attribute calls)."""
+    called: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in names:
+                called.add(name)
+    return called
+
+
+def test_only_bootstrap_builds_an_app_and_its_runtime() -> None:
+    # The composition root is worker_config/bootstrap.py; every entry point calls it.
+    builders = {
+        str(path.relative_to(ROOT)): sorted(found)
+        for path in source_modules()
+        if (found := calls_of(path, {"Celery", "attach_runtime", "RuntimeHolder"}))
+    }
+    assert builders == {
+        "worker_config/bootstrap.py": ["Celery", "attach_runtime"],
+        "tasks/runtime.py": ["RuntimeHolder"],  # attach_runtime's own body
+    }

@@ -1,4 +1,12 @@
-"""The composition root: settings -> Celery app, the explicit task list, signals."""
+"""The composition root: `bootstrap(settings)` -> a planq app (Cosmic Python's bootstrap).
+
+Every entry point starts here, once per process: `celery -A planq.worker_config`
+(`worker_config.get_app`), the CLI and its HTTP API (`cli/context.py`), the Python client,
+the embedded demo, pytest-celery's app. What it builds is the app with its service holder
+(`app.planq`, `tasks/runtime.py`): each process's `Runtime` — the doors `ledger` (every job
+write), `lifecycle` (plans), `runs`, `publish`, `redactor` — comes from it, and again after
+a fork, in one place.
+"""
 
 from __future__ import annotations
 
@@ -30,14 +38,17 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
     )
 
 
-def create_app(settings: PlanqSettings | None = None, main: str = "planq") -> Celery:
-    """Build a configured app with planq's tasks; no connections are opened here."""
-    app = Celery(main, set_as_current=False)
-    return configure_app(app, settings or load_settings())
+def bootstrap(
+    settings: PlanqSettings | None = None, *, app: Celery | None = None, main: str = "planq"
+) -> Celery:
+    """A planq app: configured, with planq's tasks, its signals and its service holder.
 
-
-def configure_app(app: Celery, settings: PlanqSettings) -> Celery:
-    """Make an existing app a planq app (a test framework's app, an app of one's own)."""
+    No connection is opened here. Pass `app` to make an existing app a planq app (a test
+    framework's app, an app of one's own); otherwise a new one named `main` is built.
+    Settings default to the environment (`PLANQ_*`).
+    """
+    settings = settings or load_settings()
+    app = app if app is not None else Celery(main, set_as_current=False)
     app.conf.update(celery_config(settings))
     config = runtime_config(settings)
     attach_runtime(app, config)  # each process builds its Runtime from it on first use
