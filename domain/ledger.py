@@ -19,6 +19,7 @@ from planq.domain.errors import (
     PlanqError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
@@ -55,15 +56,27 @@ class StuckReport:
 
 
 class JobLedger:
-    """The one place that moves jobs, and their plans with them."""
+    """The one place that moves jobs, and their plans with them.
+
+    The job path's writes (claim, progress, finish) ride out a ledger outage here, inside
+    the door (`domain/outage.py`: retried at most a second apart for 120 s, reported to the
+    process's one monitor), so no caller can forget to: a job that has done its work does
+    not fail for a database restart. Anything that is not an outage fails at once.
+    """
 
     def __init__(
-        self, jobs: JobStore, plans: PlanStore | None = None, redactor: Redactor = BUILTIN
+        self,
+        jobs: JobStore,
+        plans: PlanStore | None = None,
+        redactor: Redactor = BUILTIN,
+        outages: OutageMonitor | None = None,
     ) -> None:
         self.jobs = jobs
         self.plans = plans
         #: Every error this ledger writes passes through it (planq's: built from settings).
         self.redactor = redactor
+        #: This process's outage monitor: the job path's writes report into it.
+        self.outages = PROCESS_OUTAGES if outages is None else outages
 
     def redact_error(self, error: str | None) -> str | None:
         """An error as this ledger stores it: redacted, printable, bounded."""
@@ -138,7 +151,11 @@ class JobLedger:
         self, job_id: str, progress: float | None, checkpoint: str | None, worker_id: str
     ) -> bool:
         """One fenced progress/checkpoint write; False: the job is no longer worker_id's."""
-        return self.jobs.save_progress(job_id, progress, checkpoint, worker_id)
+        return ride_out_outage(
+            lambda: self.jobs.save_progress(job_id, progress, checkpoint, worker_id),
+            f"progress {job_id}",
+            monitor=self.outages,
+        )
 
     def claim(self, job_id: str, worker_id: str) -> Claimed | None:
         """Take a queued job for worker_id, and its plan; None if it is not to be run here.
@@ -146,7 +163,13 @@ class JobLedger:
         One statement on PostgreSQL. None: another delivery owns it, it ended, it was
         cancelled before it started, or it is unknown.
         """
-        return self.jobs.claim(job_id, worker_id, utcnow(), follow_plan=self.plans is not None)
+        return ride_out_outage(
+            lambda: self.jobs.claim(
+                job_id, worker_id, utcnow(), follow_plan=self.plans is not None
+            ),
+            f"claim {job_id}",
+            monitor=self.outages,
+        )
 
     def finish(
         self,
@@ -163,14 +186,19 @@ class JobLedger:
         worker, is left as it is. A failed job's error and traceback are redacted and
         bounded here and written by the same one statement that ends it.
         """
-        return self.jobs.finish(
-            job.job_id,
-            status,
-            utcnow(),
-            self.redact_error(error),
-            worker_id=worker_id,
-            follow_plan=self.plans is not None,
-            traceback=self.redact_traceback(traceback),
+        stored_error, stored_traceback = self.redact_error(error), self.redact_traceback(traceback)
+        return ride_out_outage(
+            lambda: self.jobs.finish(
+                job.job_id,
+                status,
+                utcnow(),
+                stored_error,
+                worker_id=worker_id,
+                follow_plan=self.plans is not None,
+                traceback=stored_traceback,
+            ),
+            f"finish {job.job_id}",
+            monitor=self.outages,
         )
 
     def cancel(self, job_id: str) -> CancelOutcome:

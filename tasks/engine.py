@@ -19,7 +19,7 @@ from planq.domain.errors import LedgerRejectedError
 from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
 from planq.domain.ledger import JobLedger, StuckReport
-from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
+from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
@@ -129,7 +129,10 @@ class AsyncWorker:
         self.plan_store = plan_store
         #: How every error this worker stores or reports becomes text (planq: from settings).
         self.redactor = redactor
-        self.ledger = JobLedger(job_store, plan_store, redactor)
+        #: this process's outage monitor: every ledger write here reports into it
+        self.outages = PROCESS_OUTAGES if outages is None else outages
+        #: the one door for this worker's job writes (they ride out an outage inside it)
+        self.ledger = JobLedger(job_store, plan_store, redactor, self.outages)
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
         )
@@ -139,8 +142,6 @@ class AsyncWorker:
         self.health = WorkerHealthReport(self.worker_id)
         #: beat's stuck-sweep schedule: how long a gap between sweeps may be (fair expiry)
         self.sweep_interval = sweep_interval
-        #: this process's outage monitor: every ledger write here reports into it
-        self.outages = PROCESS_OUTAGES if outages is None else outages
         self.tracker = JobTracker(
             lambda ids: self.ledger.heartbeat(ids, self.worker_id),
             config.heartbeat_interval,
@@ -180,14 +181,10 @@ class AsyncWorker:
 
         Two ledger round trips on PostgreSQL: the claim moves the job and its plan and
         returns both; the finish ends the job and moves the plan (error and traceback in
-        the same statement). Each rides out an outage. The error and traceback come back
-        as the row keeps them, so the task reports them without a read.
+        the same statement). Each rides out an outage inside the ledger door. The error and
+        traceback come back as the row keeps them, so the task reports them without a read.
         """
-        claimed = ride_out_outage(
-            lambda: self.ledger.claim(job_id, self.worker_id),
-            f"claim {job_id}",
-            monitor=self.outages,
-        )
+        claimed = self.ledger.claim(job_id, self.worker_id)
         if claimed is None:
             logger.info(
                 "job %s: not claimable (unknown, owned by another delivery, or ended)", job_id
@@ -222,16 +219,8 @@ class AsyncWorker:
         """
 
         def write(outcome: Verdict) -> bool:
-            return ride_out_outage(
-                lambda: self.ledger.finish(
-                    job,
-                    outcome.status,
-                    outcome.error,
-                    self.worker_id,
-                    traceback=outcome.traceback,
-                ),
-                f"finish {job.job_id}",
-                monitor=self.outages,
+            return self.ledger.finish(
+                job, outcome.status, outcome.error, self.worker_id, traceback=outcome.traceback
             )
 
         try:
@@ -274,11 +263,7 @@ class AsyncWorker:
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
         """One fenced write; a refused one means the job is no longer ours: stop it now."""
-        wrote = ride_out_outage(
-            lambda: self.ledger.save_progress(job_id, progress, checkpoint, self.worker_id),
-            f"progress {job_id}",
-            monitor=self.outages,
-        )
+        wrote = self.ledger.save_progress(job_id, progress, checkpoint, self.worker_id)
         if not wrote and self.tracker.cancel_local(job_id, LOST_CLAIM):
             logger.info("job %s: no longer running under %s; stopping", job_id, self.worker_id)
 

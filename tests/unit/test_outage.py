@@ -11,14 +11,20 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from planq.domain.errors import LedgerUnavailableError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger
 from planq.domain.outage import OutageMonitor, ride_out_outage
+from planq.domain.plans import PlanPhase
 from planq.domain.runs import Fresh, RunHeartbeat
 from planq.store import Database
+from planq.store.memory import InMemoryJobStore
 from planq.store.runs_memory import InMemoryRunStoreProvider
 from planq.tasks.tracker import JobTracker
 from tests.support import wait_for
@@ -215,3 +221,46 @@ def test_the_run_heartbeat_retries_every_second_and_renews_at_once() -> None:
     first_fail, second_fail, renewed = beat.calls[:3]
     assert second_fail - first_fail < 1.5 and renewed - second_fail < 1.5
     assert monitor.outages == 1 and not monitor.in_outage and not opened.store.lease_lost
+
+
+class FlakyJobStore(InMemoryJobStore):
+    """A job store whose next `down` claims, progress writes and finishes meet an outage."""
+
+    def __init__(self, down: int) -> None:
+        super().__init__()
+        self.down = down
+
+    def _outage(self) -> None:
+        if self.down > 0:
+            self.down -= 1
+            raise LedgerUnavailableError("connection refused")
+
+    def _claim(self, *args: Any, **kwargs: Any) -> Any:
+        self._outage()
+        return super()._claim(*args, **kwargs)
+
+    def _save_progress(self, *args: Any, **kwargs: Any) -> Any:
+        self._outage()
+        return super()._save_progress(*args, **kwargs)
+
+    def _finish(self, *args: Any, **kwargs: Any) -> Any:
+        self._outage()
+        return super()._finish(*args, **kwargs)
+
+
+def test_the_job_path_writes_ride_out_an_outage_inside_the_ledger_door() -> None:
+    # Whoever calls the door (the engine, a test, a future caller) gets the ride-out.
+    store, monitor = FlakyJobStore(down=0), OutageMonitor()
+    ledger = JobLedger(store, outages=monitor)
+    job = AsyncJob(plan_id=new_id(), phase=PlanPhase.strategize)
+    store.add(job)
+    store.down = 2
+    claimed = ledger.claim(job.job_id, "w/1")
+    assert claimed is not None and claimed[0].status is AsyncJobStatus.running
+    store.down = 2
+    assert ledger.save_progress(job.job_id, 0.5, None, "w/1") is True
+    store.down = 2
+    assert ledger.finish(claimed[0], AsyncJobStatus.succeeded, worker_id="w/1") is True
+    row = store.get(job.job_id)
+    assert row is not None and row.status is AsyncJobStatus.succeeded and row.progress == 0.5
+    assert monitor.recovered_ago() is not None  # each outage was reported, and its end
