@@ -74,6 +74,31 @@ def sqlite_url(tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database of its own, brought to head by the migrations (for migration tests)."""
+    if request.param == "sqlite":
+        made = f"sqlite:///{tmp_path / 'ledger.db'}"
+        upgrade(made)
+        yield made
+        return
+    made = create_pg_database()
+    try:
+        upgrade(made)
+        yield made
+    finally:
+        drop_pg_database(made)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A SQLite file (migrated on first use) or the emptied session PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger-file.db'}"
+    request.getfixturevalue("pg_database")
+    return str(request.getfixturevalue("pg_url"))
+
+
 @pytest.fixture
 def sqlite_database(sqlite_url: str) -> Iterator[Database]:
     """A Database over a fresh SQLite file."""

@@ -16,7 +16,6 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,15 +75,6 @@ class Fails:
         self, store: RunStore, args: Mapping[str, Any], resume_cursor: bytes | None
     ) -> Any:
         return Failed(f"cannot go on with {FAILED_TOKEN}")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A SQLite file (migrated on first use) or the emptied PostgreSQL test database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'redaction.db'}"
-    request.getfixturevalue("pg_database")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

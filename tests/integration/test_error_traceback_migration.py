@@ -7,16 +7,11 @@ kept, back (NULL for the rows that failed before it) on the way up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from sqlalchemy import inspect, text
 
 from planq.domain.bounds import MAX_TRACEBACK_LENGTH
 from planq.store import Database
 from planq.store.migrate import HEAD_REVISION, downgrade, upgrade
-from tests.support import create_pg_database, drop_pg_database
 
 INSERT = (
     "INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json, "
@@ -27,28 +22,13 @@ INSERT = (
 STACK = "Traceback (most recent call last):\n" + "x" * (MAX_TRACEBACK_LENGTH - 40) + "\n"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database brought to head by the migrations."""
-    if request.param == "sqlite":
-        made = f"sqlite:///{tmp_path / 'ledger.db'}"
-        upgrade(made)
-        yield made
-        return
-    made = create_pg_database()
-    try:
-        upgrade(made)
-        yield made
-    finally:
-        drop_pg_database(made)
-
-
 def _columns(db: Database) -> dict[str, dict[str, object]]:
     with db.engine.connect() as conn:
         return {str(c["name"]): dict(c) for c in inspect(conn).get_columns("async_jobs")}
 
 
-def test_error_traceback_comes_and_goes_with_every_row_kept(url: str) -> None:
+def test_error_traceback_comes_and_goes_with_every_row_kept(migrated_url: str) -> None:
+    url = migrated_url
     assert HEAD_REVISION == "0006_error_traceback"
     db = Database(url)
     try:

@@ -19,7 +19,6 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,15 +66,6 @@ def shows_the_user_frame(where: str, shown: str) -> None:
     assert "in user_bug" in shown, where
     assert f"password={REDACTED} token {REDACTED}" in shown, where
     no_secret(where, shown)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A SQLite file (migrated on first use) or the emptied PostgreSQL test database."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'traceback.db'}"
-    request.getfixturevalue("pg_database")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ round trip, and on PostgreSQL a heartbeat and a dispatch stamp are HOT updates.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
@@ -42,22 +40,6 @@ INSERT = (
 )
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database brought to head by the migrations."""
-    if request.param == "sqlite":
-        made = f"sqlite:///{tmp_path / 'ledger.db'}"
-        upgrade(made)
-        yield made
-        return
-    made = create_pg_database()
-    try:
-        upgrade(made)
-        yield made
-    finally:
-        drop_pg_database(made)
-
-
 def _indexes(db: Database, table: str = "async_jobs") -> set[str]:
     with db.engine.connect() as conn:
         return {str(i["name"]) for i in inspect(conn).get_indexes(table)}
@@ -75,7 +57,8 @@ def _fillfactor(db: Database, table: str) -> str | None:
     return next((o for o in options or [] if o.startswith("fillfactor=")), None)
 
 
-def test_live_indexes_replace_the_full_table_ones_and_go_back(url: str) -> None:
+def test_live_indexes_replace_the_full_table_ones_and_go_back(migrated_url: str) -> None:
+    url = migrated_url
     db = Database(url)
     try:
         assert NEW | {"uq_async_jobs_retry_of"} <= _indexes(db) and not OLD & _indexes(db)
