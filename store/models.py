@@ -183,6 +183,13 @@ class RecoverableRunModel(Base):
     cursor: Mapped[bytes | None] = mapped_column(LargeBinary)
     scanned_count: Mapped[int] = mapped_column(BigInteger, default=0)
     finding_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    #: Findings per severity, kept by the statement that records each finding (migration
+    #: 0009): the counts are one primary-key read, never a GROUP BY over run_findings.
+    data_loss_findings: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
+    inconsistent_findings: Mapped[int] = mapped_column(
+        BigInteger, default=0, server_default=text("0")
+    )
+    anomaly_findings: Mapped[int] = mapped_column(BigInteger, default=0, server_default=text("0"))
     params_json: Mapped[str] = mapped_column(Text, default="{}")
     progress_total: Mapped[int | None] = mapped_column(BigInteger)
     progress_kind: Mapped[str | None] = mapped_column(String(16))

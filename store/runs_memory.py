@@ -45,6 +45,8 @@ class _Run:
     cursor: bytes | None = None
     scanned_count: int = 0
     finding_count: int = 0
+    #: Findings per severity, bumped with finding_count (as the SQL store's counters).
+    severity_counts: dict[str, int] = field(default_factory=dict)
     params: dict[str, str] = field(default_factory=dict)
     progress_total: int | None = None
     progress_kind: str | None = None
@@ -143,7 +145,10 @@ class InMemoryRunStore(CheckedRunStore):
     def _record_finding(self, finding: Finding, detail_json: str) -> None:
         """Store a finding and bump finding_count atomically."""
         with self._tables.lock:
-            self._active_row().finding_count += 1
+            row = self._active_row()
+            row.finding_count += 1
+            severity = finding.severity.value
+            row.severity_counts[severity] = row.severity_counts.get(severity, 0) + 1
             self._tables.findings.setdefault(self._run_id, []).append((finding, detail_json))
 
     def _seed_progress_params(self, total: int | None, kind: str) -> None:
@@ -327,11 +332,10 @@ class InMemoryRunStoreProvider(CheckedRunStoreProvider):
         return [dataclasses.replace(f, detail=detail_from_json(js)) for f, js in page]
 
     def _finding_severity_counts(self, run_id: str) -> dict[str, int]:
-        """Findings per severity present, worst first."""
-        counts: dict[str, int] = {}
+        """Findings per severity present, worst first (the run's counters)."""
         with self._tables.lock:
-            for finding, _ in self._tables.findings.get(run_id, []):
-                counts[finding.severity.value] = counts.get(finding.severity.value, 0) + 1
+            row = self._tables.runs.get(run_id)
+            counts = {} if row is None else dict(row.severity_counts)
         return present_severity_counts(counts)
 
     def _purge_terminal_runs(self, cutoff: datetime) -> int:

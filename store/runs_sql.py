@@ -48,6 +48,12 @@ R = RecoverableRunModel
 F = RunFindingModel
 
 _ACTIVE = [s.value for s in ACTIVE_RUN_STATUSES]
+#: The run row's counter of each severity (worst first, as Severity is ordered).
+SEVERITY_COUNTERS = {
+    Severity.data_loss: R.data_loss_findings,
+    Severity.inconsistent: R.inconsistent_findings,
+    Severity.anomaly: R.anomaly_findings,
+}
 _NON_TERMINAL = [s.value for s in NON_TERMINAL_RUN_STATUSES]
 _TERMINAL = [s.value for s in TERMINAL_RUN_STATUSES]
 _OPEN_ATTEMPTS = 5
@@ -212,13 +218,18 @@ class SqlRunStore(CheckedRunStore):
         return params_from_json(stored).get(key)
 
     def _record_finding(self, finding: Finding, detail_json: str) -> None:
-        """FINDING: fenced UPDATE finding_count (locks the run, proves it ours), then INSERT."""
+        """FINDING: fenced UPDATE of finding_count and the severity's counter, then INSERT.
+
+        The UPDATE locks the run and proves it ours; it keeps the per-severity counts too,
+        so reading them is one primary-key lookup (no extra statement per finding).
+        """
         self._check_held()
+        counter = SEVERITY_COUNTERS[finding.severity]
         with self.db.session() as s:
             bumped = s.execute(
                 update(R)
                 .where(self._held(), R.status.in_(_ACTIVE))
-                .values(finding_count=R.finding_count + 1)
+                .values({R.finding_count: R.finding_count + 1, counter: counter + 1})
             )
             if not _rowcount(bumped):
                 raise self._refused()
@@ -463,11 +474,18 @@ class SqlRunStoreProvider(CheckedRunStoreProvider):
             return [to_finding(row) for row in s.scalars(stmt)]
 
     def _finding_severity_counts(self, run_id: str) -> dict[str, int]:
-        """COUNTS: SELECT severity, count(*) … GROUP BY severity (the severities present)."""
-        stmt = select(F.severity, func.count()).where(F.run_id == run_id).group_by(F.severity)
+        """COUNTS: the run row's per-severity counters (one primary-key read)."""
+        stmt = select(*SEVERITY_COUNTERS.values()).where(R.id == run_id)
         with self.db.session() as s:
-            counts = {str(severity): int(count) for severity, count in s.execute(stmt)}
-        return present_severity_counts(counts)
+            row = s.execute(stmt).first()
+        if row is None:
+            return {}
+        return present_severity_counts(
+            {
+                severity.value: int(count)
+                for severity, count in zip(SEVERITY_COUNTERS, row, strict=True)
+            }
+        )
 
     def _purge_terminal_runs(self, cutoff: datetime) -> int:
         """PURGE: delete old terminal runs and their findings, batch by batch (short locks)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import event, pool
+from sqlalchemy.engine import Engine
 
 from planq.store.database import make_engine
 from planq.store.models import Base
@@ -33,9 +36,35 @@ def run_migrations_online() -> None:
     url = config.get_main_option("sqlalchemy.url")
     assert url
     engine = make_engine(url, poolclass=pool.NullPool)
+    rebuilds_tables = engine.dialect.name == "sqlite"
+    if rebuilds_tables:
+        _foreign_keys_off(engine)
     with engine.connect() as conn:
         _run(conn)
+        if rebuilds_tables:
+            _check_foreign_keys(conn)
     engine.dispose()
+
+
+def _foreign_keys_off(engine: Engine) -> None:
+    """SQLite rebuilds a table (batch mode: copy, DROP, rename) with foreign keys off.
+
+    With them on, the DROP cascades into every row that points at the table: a run's
+    findings (`ON DELETE CASCADE`) vanished when 0003 rebuilt recoverable_runs. SQLite's
+    own procedure for altering a table turns them off first and checks them after. This
+    listener runs after make_engine's, which turns them on for planq's own connections.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _off(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.execute("PRAGMA foreign_keys=OFF")
+
+
+def _check_foreign_keys(conn: Any) -> None:
+    """Fail the migration loudly if a rebuild left a row pointing at nothing."""
+    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if broken:
+        raise RuntimeError(f"migration left {len(broken)} row(s) with a broken foreign key")
 
 
 def _run(connection: object) -> None:
