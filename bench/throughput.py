@@ -1021,7 +1021,7 @@ def ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
 
 
 def sql_backend_ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
-    """planq over Celery with its SQL result backend (issue 23: at least 1.5x end to end)."""
+    """Ratios of planq over Celery with its SQL result backend (issue 23: 1.5x e2e at least)."""
     peer, planq = results.get("celery-sql"), results.get("planq")
     if peer is None or planq is None:
         return {}
