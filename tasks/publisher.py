@@ -18,11 +18,14 @@ the dispatch relay's to send (a duplicate is dropped by the claim's compare-and-
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from planq.domain.jobs import AsyncJob
-from planq.domain.redaction import Redactor
+from planq.domain.redaction import Redactor, describe_exception
+
+logger = logging.getLogger("planq.publish")
 
 #: Jobs per pipeline flush (two broker commands each at most: the message, its sent event).
 CHUNK = 500
@@ -53,7 +56,12 @@ class JobPublisher:
                     with producer.batch(max_size=2 * len(chunk)):
                         for job in chunk:
                             self._buffer(batch, job)
-                except Exception:  # delivery uncertain: again, one by one, with retries
+                except Exception as exc:  # delivery uncertain: again, one by one, with retries
+                    logger.warning(
+                        "pipelined publish of %d job(s) failed (%s); sending them one by one",
+                        len(chunk),
+                        describe_exception(exc, self.redactor),
+                    )
                     for job in chunk:
                         self.send_one(job, producer)
                 yield [job.job_id for job in chunk]
