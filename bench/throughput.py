@@ -834,11 +834,16 @@ def celery_sql_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callab
         raise BenchError("bench.celery_sql_app was already imported for another database")
     sql_app.app.backend.ResultSession().close()  # creates celery_taskmeta before the worker
     set_events(sql_app.app, True)
-    conn = psycopg.connect(dsn, autocommit=True)
+    conn = {"pg": psycopg.connect(dsn, autocommit=True)}
 
     def done() -> int:
         query = "SELECT status, count(*) FROM celery_taskmeta GROUP BY status"
-        rows = dict(conn.execute(query).fetchall())
+        try:
+            rows = dict(conn["pg"].execute(query).fetchall())
+        except psycopg.OperationalError:  # PostgreSQL restarted under us: say so, go on
+            log("celery-sql poll connection lost; reconnecting (this round is suspect)")
+            conn["pg"] = psycopg.connect(dsn, autocommit=True)
+            rows = dict(conn["pg"].execute(query).fetchall())
         bad = {s: n for s, n in rows.items() if s in ("FAILURE", "REVOKED")}
         if bad:
             raise BenchError(f"celery-sql tasks ended badly: {bad}")
@@ -849,7 +854,7 @@ def celery_sql_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callab
         engine = session.get_bind()
         session.close()
         engine.dispose()  # the producer's pool: the database is dropped next
-        conn.close()
+        conn["pg"].close()
 
     task = sql_app.app.tasks["bench.noop_sql"]
     worker = WorkerProcess("celery-sql", "bench.celery_sql_app", sql_app.QUEUE, env, args, logdir)
