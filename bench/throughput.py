@@ -18,6 +18,12 @@ start), the same PostgreSQL server and, for the Celery rows, the same pool
             -c 2; 4 jobs in flight each, as issue 10 measured); completion is every row in
             procrastinate_jobs `succeeded`. End to end only: its workers cannot be paused
             and resumed without restarting them, and start-up would pollute a drain.
+4. celery-sql
+            plain Celery keeping job states in SQL (bench/celery_sql_app.py): the raw app's
+            settings plus `result_backend = db+postgresql+psycopg://...` on its own
+            throw-away database, task_track_started, result_extended and task events on;
+            N `noop_sql.apply_async()`; completion is N SUCCESS rows in celery_taskmeta.
+            Skip it with --no-celery-sql.
 
 Optionally (on by default) a `raw+events` row: the raw app with planq's task-event
 settings (worker_send_task_events, task_send_sent_event, task_track_started), so the cost
@@ -810,6 +816,52 @@ def ledger_system(
     return System(name, worker, app, make_enqueue, done), close
 
 
+# -- Celery with its SQL result backend --------------------------------------------------------
+def celery_sql_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callable[[], None]]:
+    """Plain Celery keeping job states in its own throw-away database (bench/celery_sql_app.py)."""
+    import psycopg
+
+    url = dsn.replace("postgresql://", "postgresql+psycopg://", 1)
+    env = {
+        "BENCH_BROKER_URL": args.redis_url,
+        "BENCH_CELERY_SQL_URL": url,
+        "BENCH_JOB_SECONDS": str(args.job_seconds),
+    }
+    os.environ.update(env)  # read by bench.celery_sql_app, here and in the worker
+    import bench.celery_sql_app as sql_app
+
+    if url != sql_app.DATABASE_URL:  # the module reads its database once, at import
+        raise BenchError("bench.celery_sql_app was already imported for another database")
+    sql_app.app.backend.ResultSession().close()  # creates celery_taskmeta before the worker
+    set_events(sql_app.app, True)
+    conn = {"pg": psycopg.connect(dsn, autocommit=True)}
+
+    def done() -> int:
+        query = "SELECT status, count(*) FROM celery_taskmeta GROUP BY status"
+        try:
+            rows = dict(conn["pg"].execute(query).fetchall())
+        except psycopg.OperationalError:  # PostgreSQL restarted under us: say so, go on
+            log("celery-sql poll connection lost; reconnecting (this round is suspect)")
+            conn["pg"] = psycopg.connect(dsn, autocommit=True)
+            rows = dict(conn["pg"].execute(query).fetchall())
+        bad = {s: n for s, n in rows.items() if s in ("FAILURE", "REVOKED")}
+        if bad:
+            raise BenchError(f"celery-sql tasks ended badly: {bad}")
+        return int(rows.get("SUCCESS", 0))
+
+    def close() -> None:
+        session = sql_app.app.backend.ResultSession()
+        engine = session.get_bind()
+        session.close()
+        engine.dispose()  # the producer's pool: the database is dropped next
+        conn["pg"].close()
+
+    task = sql_app.app.tasks["bench.noop_sql"]
+    worker = WorkerProcess("celery-sql", "bench.celery_sql_app", sql_app.QUEUE, env, args, logdir)
+    system = System("celery-sql", worker, sql_app.app, lambda n: [task.apply_async] * n, done)
+    return system, close
+
+
 # -- Procrastinate ----------------------------------------------------------------------------
 def procrastinate_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callable[[], None]]:
     """Procrastinate on its own fresh database, schema applied by its SchemaManager."""
@@ -959,7 +1011,7 @@ def ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
     out: dict[str, float | None] = {"e2e": round(planq.jobs_per_s / raw.jobs_per_s, 3)}
     if raw.drain_per_s and planq.drain_per_s:
         out["drain"] = round(planq.drain_per_s / raw.drain_per_s, 3)
-    for name in ("planq-noev", "procrastinate"):
+    for name in ("planq-noev", "procrastinate", "celery-sql"):
         other = results.get(name)
         if other is not None:
             out[f"{name}_e2e"] = round(other.jobs_per_s / raw.jobs_per_s, 3)
@@ -970,6 +1022,17 @@ def ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
         out["e2e_vs_raw_events"] = round(planq.jobs_per_s / events.jobs_per_s, 3)
         if events.drain_per_s and planq.drain_per_s:
             out["drain_vs_raw_events"] = round(planq.drain_per_s / events.drain_per_s, 3)
+    return out
+
+
+def sql_backend_ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
+    """Ratios of planq over Celery with its SQL result backend (issue 23: 1.5x e2e at least)."""
+    peer, planq = results.get("celery-sql"), results.get("planq")
+    if peer is None or planq is None:
+        return {}
+    out: dict[str, float | None] = {"e2e": round(planq.jobs_per_s / peer.jobs_per_s, 3)}
+    if peer.drain_per_s and planq.drain_per_s:
+        out["drain"] = round(planq.drain_per_s / peer.drain_per_s, 3)
     return out
 
 
@@ -987,7 +1050,7 @@ def peer_ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
 
 def ratio_label(key: str, over: str) -> str:
     """'procrastinate_e2e' over raw reads 'procrastinate/raw (e2e)'; plain keys are planq's."""
-    for name in ("planq-noev", "procrastinate"):
+    for name in ("planq-noev", "procrastinate", "celery-sql"):
         if key.startswith(f"{name}_"):
             return f"{name}/{over} ({key.removeprefix(f'{name}_')})"
     if key.endswith("_vs_raw_events"):
@@ -1052,7 +1115,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also run planq with task events off (bench/planq_noevents.py) and raw+events",
     )
-    p.add_argument("--only", choices=["raw", "planq", "procrastinate"], help="run one system only")
+    p.add_argument(
+        "--no-celery-sql",
+        dest="celery_sql",
+        action="store_false",
+        help="skip the celery-sql row (Celery with its SQL result backend)",
+    )
+    p.add_argument(
+        "--only",
+        choices=["raw", "planq", "procrastinate", "celery-sql"],
+        help="run one system only",
+    )
     args = p.parse_args(argv)
     if args.jobs < 1 or args.warmup < 1 or args.rounds < 1:
         p.error("--jobs, --warmup and --rounds must be >= 1")
@@ -1112,6 +1185,16 @@ def main(argv: list[str] | None = None) -> int:
                     close()
                 drop_pg_database(args.pg_admin_url, db_name)
                 databases.remove(db_name)
+        if args.only == "celery-sql" or (args.only is None and args.celery_sql):
+            db_name, dsn = create_pg_database(args.pg_admin_url, "celery_sql_bench")
+            databases.append(db_name)
+            system, close = celery_sql_system(args, logdir, dsn)
+            try:
+                results["celery-sql"] = bench_system(system, args)
+            finally:
+                close()
+            drop_pg_database(args.pg_admin_url, db_name)
+            databases.remove(db_name)
         if args.only in (None, "procrastinate"):
             db_name, dsn = create_pg_database(args.pg_admin_url, "procrastinate_bench")
             databases.append(db_name)
@@ -1132,7 +1215,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"FAILED; worker logs kept in {logdir}")
 
     out = {
-        "benchmark": "planq throughput vs raw Celery and Procrastinate",
+        "benchmark": "planq throughput vs raw Celery, Celery's SQL backend and Procrastinate",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "settings": {
@@ -1154,12 +1237,14 @@ def main(argv: list[str] | None = None) -> int:
         "results": {k: v.as_dict() for k, v in results.items()},
         "ratio_planq_over_raw": ratios(results),
         "ratio_planq_over_procrastinate": peer_ratios(results),
+        "ratio_planq_over_celery_sql": sql_backend_ratios(results),
         # Issue 10's targets (2,000 no-op jobs, one run); 0.9x raw is for --job-seconds 0.02.
         "targets": {
             "e2e_over_raw": 0.5,
             "drain_over_raw": 0.6,
             "e2e_over_procrastinate": 1.0,
             "e2e_over_raw_20ms_jobs": 0.9,
+            "e2e_over_celery_sql": 1.5,  # issue 23
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -1184,6 +1269,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratio {ratio_label(key, 'raw')}: {value}")
     for key, value in over_peer.items():
         print(f"ratio {ratio_label(key, 'procrastinate')}: {value}")
+    for key, value in out["ratio_planq_over_celery_sql"].items():
+        print(f"ratio {ratio_label(key, 'celery-sql')}: {value}")
     print(f"results: {args.out}")
     with contextlib.suppress(Exception):
         for f in logdir.iterdir():

@@ -38,6 +38,8 @@ class Page:
     offset: int = 0
     lower_bound: bool = False
     next_after: str | None = None
+    #: The listing's order, said under a table ("oldest first" for a run's findings).
+    order: str = "newest first"
 
     @classmethod
     def bounded(
@@ -58,7 +60,7 @@ class Page:
         first, last = self.offset + 1, self.offset + len(self.rows)
         span = f"{len(self.rows)}" if self.offset == 0 else f"{first}-{last}"
         tail = f"; next page: --after {self.next_after}" if self.next_after else ""
-        return f"showing {span} of {self.total_text()} (newest first{tail})"
+        return f"showing {span} of {self.total_text()} ({self.order}{tail})"
 
     def header(self, key: str, documents: list[Any]) -> dict[str, Any]:
         """The JSON document: the rows under key, with total, limit, offset and the cursor."""

@@ -150,32 +150,33 @@ def findings(
     run_id: RunId,
     limit: Annotated[int, typer.Option("--limit", min=1, help="Page size.")] = 100,
     offset: Annotated[int, typer.Option("--offset", min=0, help="Skip this many.")] = 0,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="Only findings recorded after this finding id (next page)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A run's findings in the order recorded (a scan's own order, oldest first), one page."""
     from planq.domain.bounds import MAX_OFFSET
+    from planq.domain.ids import require_ulid
 
     if limit > limits.MAX_PAGE_WINDOW or offset > MAX_OFFSET:
         raise BadInput(f"--limit must be at most {limits.MAX_PAGE_WINDOW}, --offset {MAX_OFFSET}")
+    if after is not None:
+        require_ulid("--after", after)
     with planq() as session:
-        run = get_run(session, run_id)
-        page = session.runs.list_findings(run.id, limit=limit, offset=offset)
-        counts = session.runs.finding_severity_counts(run.id)
+        run, page, counts = services.finding_page(session, run_id, limit, offset, after)
     if as_json:
-        emit_json(
-            {
-                "run_id": run.id,
-                "severity_counts": counts,
-                "limit": limit,
-                "offset": offset,
-                "findings": [f.as_dict() for f in page],
-            }
-        )
+        doc = page.header("findings", [f.as_dict() for f in page.rows])
+        emit_json({"run_id": run.id, "severity_counts": counts, **doc})
         return
-    total = sum(counts.values())
-    shown = f"{offset + 1}-{offset + len(page)}" if page else f"none after {offset}"
-    title = f"findings of run {run.id} ({shown} of {total})"
-    print_table(title, FINDING_COLUMNS, (finding_row(f) for f in page), empty="none")
+    shown = f"{offset + 1}-{offset + len(page.rows)}" if page.rows else f"none after {offset}"
+    if after is not None:
+        shown = f"{len(page.rows)} after {after}"
+    title = f"findings of run {run.id} ({shown} of {page.total_text()})"
+    print_table(title, FINDING_COLUMNS, (finding_row(f) for f in page.rows), empty="none")
+    if page.next_after:
+        typer.echo(f"next page: --after {page.next_after}")
 
 
 @runs_app.command("purge")

@@ -452,6 +452,33 @@ def find_run(session: Planq, run_id: str, job_name: str | None = None) -> Any:
     return run
 
 
+def finding_page(
+    session: Planq,
+    run_id: str,
+    limit: int,
+    offset: int = 0,
+    after: str | None = None,
+    job_name: str | None = None,
+) -> tuple[Any, Page, dict[str, int]]:
+    """A run's findings in the order recorded, one page: (run, page, counts by severity).
+
+    `after` (a finding id, the page before's `next_after`) pages by key: one index range
+    read of (run_id, created_at, id) however deep the page. The total is the severity
+    counts' sum; next_after is set when the page is full.
+    """
+    from planq.domain.ids import require_ulid
+
+    cursor = None if after is None else require_ulid("after", after)
+    run = find_run(session, run_id, job_name=job_name)
+    rows = session.runs.list_findings(run.id, limit=limit, offset=offset, after=cursor)
+    counts: dict[str, int] = session.runs.finding_severity_counts(run.id)
+    next_after = rows[-1].id if rows and len(rows) == limit else None
+    page = Page(
+        rows, sum(counts.values()), limit, offset, next_after=next_after, order="oldest first"
+    )
+    return run, page, counts
+
+
 def check_run_args(name: str, args: dict[str, str]) -> dict[str, str]:
     """Refuse bad trigger args before anything is sent (planq's own scan knows its bounds)."""
     from dataclasses import fields

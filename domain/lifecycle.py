@@ -17,6 +17,9 @@ from planq.domain.ports import JobStore, PlanStore
 
 logger = logging.getLogger("planq.lifecycle")
 
+#: One plan's steps: step names, or step objects ({"name": ..., "seconds": ...}).
+Steps = list[str] | list[dict[str, object]]
+
 #: Called after commit with the new jobs; publishes their messages (Celery wiring) and may
 #: raise: the rows are already durable, and the dispatch relay re-publishes them.
 Enqueue = Callable[[Sequence[AsyncJob]], None]
@@ -47,7 +50,7 @@ class PlanLifecycleService:
         #: The door every job write goes through, the queue included (domain/ledger.py).
         self.ledger = None if jobs is None else JobLedger(jobs, plans)
 
-    def create_plan(self, steps: list[str] | list[dict[str, object]], name: str = "") -> Plan:
+    def create_plan(self, steps: Steps, name: str = "") -> Plan:
         """Store a new plan with these steps.
 
         Steps that are not a list of valid steps, or a name that does not fit, raise
@@ -56,6 +59,32 @@ class PlanLifecycleService:
         plan = Plan.with_steps(steps, name=name)
         self.plans.add(plan)
         return plan
+
+    def create_plans(
+        self, steps: Sequence[Steps], names: Sequence[str] | None = None
+    ) -> list[Plan]:
+        """Store many new plans at once (one statement on SQL), all or nothing.
+
+        `steps[i]` (and `names[i]`, default "") make plan i, as create_plan would. A batch
+        that is not a list, is empty, holds more than MAX_BATCH plans or has names of
+        another length raises BatchError; bad steps or a bad name raise BoundsError. In
+        each case nothing is stored.
+        """
+        if isinstance(steps, str) or not isinstance(steps, Sequence):
+            raise BatchError("steps must be a list with one list of steps per plan")
+        if not steps:
+            raise BatchError("steps is empty: no plan to create")
+        if len(steps) > MAX_BATCH:
+            raise BatchError(f"steps: at most {MAX_BATCH} plans per call, got {len(steps)}")
+        if names is None:
+            names = [""] * len(steps)
+        elif isinstance(names, str) or not isinstance(names, Sequence):
+            raise BatchError("names must be a list with one name per plan")
+        if len(names) != len(steps):
+            raise BatchError(f"{len(names)} names for {len(steps)} plans: one name per plan")
+        plans = [Plan.with_steps(s, name=n) for s, n in zip(steps, names, strict=True)]
+        self.plans.add_many(plans)
+        return plans
 
     def get_plan(self, plan_id: str) -> Plan:
         """The plan, or PlanNotFoundError (a bad id is an InvalidIdError)."""
@@ -129,4 +158,4 @@ class PlanLifecycleService:
         return PhaseQueued(plan=plan, job=None)
 
 
-__all__ = ["ConcurrentUpdateError", "Enqueue", "PhaseQueued", "PlanLifecycleService"]
+__all__ = ["ConcurrentUpdateError", "Enqueue", "PhaseQueued", "PlanLifecycleService", "Steps"]

@@ -219,6 +219,9 @@ class PlanStore(Protocol):
     def add(self, plan: Plan) -> None:
         """Insert a new plan; a duplicate id is a ValueError."""
 
+    def add_many(self, plans: Sequence[Plan]) -> None:
+        """Insert new plans, all or nothing (one statement on SQL); a duplicate is a ValueError."""
+
     def get(self, plan_id: str) -> Plan | None:
         """The plan, or None."""
 

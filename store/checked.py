@@ -33,6 +33,7 @@ from planq.store.validation import (
     check_job_id,
     check_list_limit,
     check_moment,
+    check_new_plans,
     check_page,
     check_plan,
     check_progress,
@@ -382,6 +383,10 @@ class CheckedPlanStore(ABC):
         check_plan(plan)
         self._add(plan)
 
+    def add_many(self, plans: Sequence[Plan]) -> None:
+        """Insert new plans, all or nothing (one statement on SQL); a duplicate is a ValueError."""
+        self._add_many(check_new_plans(plans))
+
     def get(self, plan_id: str) -> Plan | None:
         """The plan, or None."""
         check_id("plan_id", plan_id)
@@ -414,6 +419,9 @@ class CheckedPlanStore(ABC):
 
     @abstractmethod
     def _add(self, plan: Plan) -> None: ...
+
+    @abstractmethod
+    def _add_many(self, plans: list[Plan]) -> None: ...
 
     @abstractmethod
     def _get(self, plan_id: str) -> Plan | None: ...

@@ -402,6 +402,14 @@ class InMemoryPlanStore(CheckedPlanStore):
                 raise ValueError(f"plan {plan.plan_id!r} already exists")
             self._rows[plan.plan_id] = plan.model_copy()
 
+    def _add_many(self, plans: list[Plan]) -> None:
+        """Insert new plans, all or nothing."""
+        with self._shared.lock:
+            taken = [p.plan_id for p in plans if p.plan_id in self._rows]
+            if taken:
+                raise ValueError(f"plan {taken[0]!r} already exists")
+            self._rows.update((p.plan_id, p.model_copy()) for p in plans)
+
     def _get(self, plan_id: str) -> Plan | None:
         """The plan, or None."""
         with self._shared.lock:

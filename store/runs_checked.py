@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from planq.domain.bounds import check_job_name, describe
+from planq.domain.bounds import ID_LENGTH, check_job_name, check_text, describe
 from planq.domain.errors import WrongTypeError
 from planq.domain.ids import new_id
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
@@ -203,11 +203,14 @@ class CheckedRunStoreProvider(ABC):
         """Running -> CancelRequested; the run id, or None when nothing was running."""
         return self._request_cancel(check_job_name(job_name))
 
-    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
-        """A run's findings in the order recorded, one page."""
+    def list_findings(
+        self, run_id: str | UUID, limit: int = 100, offset: int = 0, after: str | None = None
+    ) -> list[Finding]:
+        """A run's findings in the order recorded, one page; `after` a finding id (keyset)."""
         checked = check_run_id(run_id)
         check_limit(limit, offset)
-        return self._list_findings(checked, limit, offset)
+        cursor = None if after is None else check_text("after", after, ID_LENGTH)
+        return self._list_findings(checked, limit, offset, cursor)
 
     def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
         """How many findings of each severity present, worst first (no zero entries)."""
@@ -241,7 +244,9 @@ class CheckedRunStoreProvider(ABC):
     def _request_cancel(self, job_name: str) -> str | None: ...
 
     @abstractmethod
-    def _list_findings(self, run_id: str, limit: int, offset: int) -> list[Finding]: ...
+    def _list_findings(
+        self, run_id: str, limit: int, offset: int, after: str | None
+    ) -> list[Finding]: ...
 
     @abstractmethod
     def _finding_severity_counts(self, run_id: str) -> dict[str, int]: ...

@@ -322,12 +322,22 @@ class InMemoryRunStoreProvider(CheckedRunStoreProvider):
                     return row.id
         return None
 
-    def _list_findings(self, run_id: str, limit: int, offset: int) -> list[Finding]:
-        """One page of a run's findings, in the order recorded."""
+    def _list_findings(
+        self, run_id: str, limit: int, offset: int, after: str | None
+    ) -> list[Finding]:
+        """One page of a run's findings, in the order recorded; after a finding id if given."""
         with self._tables.lock:
             found = sorted(
                 self._tables.findings.get(run_id, []), key=lambda f: (f[0].created_at, f[0].id)
             )
+            if after is not None:  # as SQL: the cursor finding's (created_at, id), any run
+                marks = [
+                    (f.created_at, f.id)
+                    for rows in self._tables.findings.values()
+                    for f, _ in rows
+                    if f.id == after
+                ]
+                found = [r for r in found if marks and (r[0].created_at, r[0].id) > marks[0]]
         page = found[offset:][:limit]
         return [dataclasses.replace(f, detail=detail_from_json(js)) for f, js in page]
 

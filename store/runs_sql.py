@@ -40,6 +40,7 @@ from planq.domain.runs.summary import RunSummary, build_summary
 from planq.domain.runs.sweep import SweepResult
 from planq.store.availability import sight_ledger
 from planq.store.database import Database
+from planq.store.keyset import past_cursor
 from planq.store.models import RecoverableRunModel, RunFindingModel
 from planq.store.runs_bound import Clock
 from planq.store.runs_checked import CheckedRunStore, CheckedRunStoreProvider
@@ -461,15 +462,18 @@ class SqlRunStoreProvider(CheckedRunStoreProvider):
         with self.db.session() as s:
             return s.scalars(stmt).first()
 
-    def _list_findings(self, run_id: str, limit: int, offset: int) -> list[Finding]:
-        """FINDINGS: one page, in the order recorded."""
-        stmt = (
-            select(F)
-            .where(F.run_id == run_id)
-            .order_by(F.created_at, F.id)
-            .limit(limit)
-            .offset(offset)
-        )
+    def _list_findings(
+        self, run_id: str, limit: int, offset: int, after: str | None
+    ) -> list[Finding]:
+        """FINDINGS: one page, in the order recorded; after a finding id (keyset) if given.
+
+        Ordered by (created_at, id) within the run, the order of the (run_id, created_at, id)
+        index: the page is one index range read, never a sort.
+        """
+        stmt = select(F).where(F.run_id == run_id)
+        if after is not None:
+            stmt = stmt.where(past_cursor(F, "created_at", "id", after, descending=False))
+        stmt = stmt.order_by(F.created_at, F.id).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_finding(row) for row in s.scalars(stmt)]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from planq.domain.errors import ConcurrentUpdateError
@@ -18,6 +18,15 @@ P = PlanModel
 #: The listing's order, newest first (served by ix_plans_created_at_plan_id).
 _NEWEST_FIRST = (P.created_at.desc(), P.plan_id.desc())
 _FIELDS = [c.key for c in P.__table__.columns]
+#: PostgreSQL: many plans in one statement, one array per column (unnest), whatever n.
+_PG_ADD_MANY = text("""
+INSERT INTO plans (plan_id, name, phase, status, spec_json, created_at, updated_at, version)
+SELECT * FROM unnest(
+    CAST(:plan_id AS varchar[]), CAST(:name AS varchar[]), CAST(:phase AS varchar[]),
+    CAST(:status AS varchar[]), CAST(:spec_json AS text[]), CAST(:created_at AS timestamptz[]),
+    CAST(:updated_at AS timestamptz[]), CAST(:version AS integer[])
+)
+""")
 
 
 def to_domain(row: PlanModel) -> Plan:
@@ -56,6 +65,18 @@ class SqlPlanStore(CheckedPlanStore):
                     s.add(P(**to_values(plan)))
             except IntegrityError as exc:
                 raise ValueError(f"plan {plan.plan_id!r} already exists") from exc
+
+    def _add_many(self, plans: list[Plan]) -> None:
+        """INSERT new plans: one statement (PostgreSQL: unnest; SQLite: one executemany)."""
+        rows = [to_values(p) for p in plans]
+        with self.db.connection("add plans") as conn:  # PostgreSQL: one round trip
+            try:
+                if self.db.dialect == "postgresql":
+                    conn.execute(_PG_ADD_MANY, {f: [r[f] for r in rows] for f in _FIELDS})
+                else:
+                    conn.execute(insert(P), rows)
+            except IntegrityError as exc:  # rolled back: the block ends in an exception
+                raise ValueError("a plan in the batch already exists") from exc
 
     def _get(self, plan_id: str) -> Plan | None:
         """SELECT one plan."""

@@ -74,6 +74,22 @@ def check_plan(plan: object) -> None:
     plan.check_fields()
 
 
+def check_new_plans(plans: object) -> list[Plan]:
+    """A batch of new plans (1 to MAX_BATCH, each checked, no id twice); as a list."""
+    if isinstance(plans, str | bytes) or not isinstance(plans, Sequence):
+        raise WrongTypeError("plans", "must be a list of Plan", describe(plans))
+    if not plans:
+        raise ValueError("nothing to add: no plans given")
+    if len(plans) > MAX_BATCH:
+        raise BoundsError("plans", f"at most {MAX_BATCH} per call", str(len(plans)))
+    for plan in plans:
+        check_plan(plan)
+    typed = [p for p in plans if isinstance(p, Plan)]
+    if len({p.plan_id for p in typed}) != len(typed):
+        raise ValueError("a plan id appears twice in the batch")
+    return typed
+
+
 def check_id(field: str, value: object) -> str:
     """An id argument: a non-empty string that fits a String(26) id column, no NUL."""
     return check_text(field, value, ID_LENGTH)

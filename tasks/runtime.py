@@ -30,6 +30,7 @@ from planq.store.migrate import migrate_sqlite
 from planq.tasks.dispatch_stamps import DispatchStamps
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
+from planq.tasks.publisher import JobPublisher
 
 logger = logging.getLogger("planq.runtime")
 #: The revoke argument that says "already recorded in the ledger", with the outcome: set by
@@ -92,6 +93,7 @@ class Runtime:
         )
         self.ledger = self.worker.ledger
         self.stamps = DispatchStamps(self.ledger.mark_dispatched, redactor=self.redactor)
+        self.publisher = JobPublisher(app, self.redactor)
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish
         )
@@ -125,26 +127,15 @@ class Runtime:
         return RunHeartbeat(self.runs.heartbeat_runs, interval, redactor=self.redactor)
 
     def publish(self, jobs: Sequence[AsyncJob]) -> None:
-        """Send the jobs' messages on one producer, then stamp them in batch.
+        """Send the jobs' messages on one producer, pipelined by chunk; stamp each chunk sent.
 
-        The one publish path: task id = job id, the kwargs carry ids only, and Flower's
-        kwargsrepr is redacted. Producers reach it only through the lifecycle (a committed
-        row), never with kwargs of their own.
+        The one publish path (tasks/publisher.py): task id = job id, the kwargs carry ids
+        only, and Flower's kwargsrepr is redacted. Producers reach it only through the
+        lifecycle (a committed row), never with kwargs of their own. A chunk the broker did
+        not take stays unstamped: the dispatch relay sends it.
         """
-        with self.app.producer_or_acquire() as producer:
-            for job in jobs:
-                kwargs = {"job_id": job.job_id, "plan_id": job.plan_id}
-                self.app.send_task(
-                    f"planq.{job.phase.value}_plan",
-                    (),
-                    kwargs,
-                    task_id=job.job_id,
-                    argsrepr="()",
-                    kwargsrepr=self.redactor(repr(kwargs)),
-                    producer=producer,
-                    ignore_result=True,
-                )
-        self.stamps.add(job.job_id for job in jobs)
+        for sent in self.publisher.send(jobs):
+            self.stamps.add(sent)
 
     def broadcast_cancel(self, job_id: str, outcome: CancelOutcome) -> None:
         """Tell every worker the cancel of job_id is recorded (a revoke, no terminate).

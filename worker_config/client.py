@@ -6,6 +6,8 @@ ledger result backend), so a producer needs no Celery or ledger plumbing of its 
     from planq.worker_config import client
 
     plan = client.create_plan(["survey", "score"], name="nightly")
+    batch = client.create_plans([["scan"]] * 1000)  # many plans, one statement
+    client.queue_phases([p.plan_id for p in batch], "strategize")  # one statement, one pipeline
     result = client.queue_phase(plan.plan_id, "strategize")  # an AsyncResult; id = job id
     info = client.wait_for_job(result.id, timeout=60)  # the finished job's ledger view
     job = client.get_job(result.id)  # the AsyncJob row itself
@@ -38,6 +40,7 @@ from planq.domain.errors import (
 )
 from planq.domain.ids import require_ulid
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.lifecycle import Steps
 from planq.domain.plans import Plan, PlanPhase, PlanStatus, plan_label
 from planq.tasks.result_backend import read_job
 from planq.tasks.runtime import runtime_for
@@ -58,11 +61,21 @@ def _phase_task(app: Celery, phase: PlanPhase | str) -> Any:
     return app.tasks[f"planq.{PlanPhase(phase).value}_plan"]
 
 
-def create_plan(
-    steps: list[str] | list[dict[str, object]], name: str = "", *, app: Celery | None = None
-) -> Plan:
+def create_plan(steps: Steps, name: str = "", *, app: Celery | None = None) -> Plan:
     """Store a new plan (state New) with these steps; strategize is its first phase."""
     return runtime_for(_app(app)).lifecycle.create_plan(steps, name=name)
+
+
+def create_plans(
+    steps: Sequence[Steps], names: Sequence[str] | None = None, *, app: Celery | None = None
+) -> list[Plan]:
+    """Store many new plans in ONE statement, all or nothing: `steps[i]` (`names[i]`) each.
+
+    Bad input raises its typed error with nothing stored: BatchError for the batch itself
+    (not a list, empty, too long, names of another length), BoundsError for a plan's steps
+    or name. Queue them next with `queue_phases` (also one statement, then one pipeline).
+    """
+    return runtime_for(_app(app)).lifecycle.create_plans(steps, names)
 
 
 def queue_phase(plan_id: str, phase: PlanPhase | str, *, app: Celery | None = None) -> AsyncResult:
@@ -186,6 +199,7 @@ def retry_job(job_id: str, *, app: Celery | None = None) -> AsyncResult:
 __all__ = [
     "cancel_job",
     "create_plan",
+    "create_plans",
     "get_job",
     "get_plan",
     "list_jobs",

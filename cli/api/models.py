@@ -118,6 +118,8 @@ class FindingsPage(BaseModel):
     total: int
     limit: int
     offset: int
+    #: The last finding's id when the page is full: `?after=` it for the next page.
+    next_after: str | None = None
     findings: list[FindingOut]
 
 

@@ -150,20 +150,23 @@ def findings(
     run_id: RunId,
     limit: Annotated[int, Query(ge=1, description=f"Clamped to {MAX_FINDINGS}.")] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[
+        str | None, Query(description="A finding id: the findings recorded after it.")
+    ] = None,
 ) -> FindingsPage:
-    """The run's findings in the order recorded, one page."""
-    run = services.find_run(planq, run_id, job_name=name)
+    """The run's findings in the order recorded, one page (`after=` the last id: the next)."""
     size = min(limit, MAX_FINDINGS)
-    page = planq.runs.list_findings(run.id, limit=size, offset=offset)
-    counts = severity_counts(planq.runs.finding_severity_counts(run.id))
+    run, page, found = services.finding_page(planq, run_id, size, offset, after, job_name=name)
+    counts = severity_counts(found)
     return FindingsPage(
         run_id=run.id,
         job_name=name,
         severity_counts=counts,
-        total=sum(counts.values()),
+        total=page.total,
         limit=size,
         offset=offset,
-        findings=[FindingOut.of(f) for f in page],
+        next_after=page.next_after,
+        findings=[FindingOut.of(f) for f in page.rows],
     )
 
 

@@ -162,8 +162,10 @@ class RunStoreProvider(Protocol):
     def request_cancel(self, job_name: str) -> str | None:
         """Running -> CancelRequested; the run id, or None when nothing was running."""
 
-    def list_findings(self, run_id: str | UUID, limit: int = 100, offset: int = 0) -> list[Finding]:
-        """A run's findings in the order recorded, one page."""
+    def list_findings(
+        self, run_id: str | UUID, limit: int = 100, offset: int = 0, after: str | None = None
+    ) -> list[Finding]:
+        """A run's findings in the order recorded, one page; `after` a finding id (keyset)."""
 
     def finding_severity_counts(self, run_id: str | UUID) -> dict[str, int]:
         """How many findings of each severity present, worst first (no zero entries)."""

@@ -177,6 +177,18 @@ def test_trigger_runs_to_completion_a_second_is_409_and_findings_page(
     assert [f["id"] for f in paged] == [f["id"] for f in whole["findings"]]
     assert {f["kind"] for f in paged} == {"corrupt_payload", "plan_job_mismatch"}
     assert all(f["run_id"] == run_id and f["resource_id"] for f in paged)
+    keyed, after = [], None
+    while True:  # by key: `after=` the page's next_after, until a page is not full
+        params: dict[str, Any] = {"limit": 2} | ({"after": after} if after else {})
+        page = api.get(f"{ADMIN}/runs/{run_id}/findings", params=params).json()
+        keyed += page["findings"]
+        after = page.get("next_after")
+        if after is None:
+            break
+        assert after == page["findings"][-1]["id"]
+    assert [f["id"] for f in keyed] == [f["id"] for f in whole["findings"]]
+    bad = api.get(f"{ADMIN}/runs/{run_id}/findings", params={"after": "nope"})
+    assert bad.status_code in (400, 422), bad.text
     empty = api.get(f"{ADMIN}/runs/{run_id}/findings", params={"offset": 50}).json()
     assert empty["findings"] == [] and empty["total"] == 5
 

@@ -674,6 +674,13 @@ def test_runs_list_show_and_findings(env: dict[str, str], ledger: Ledger) -> Non
     assert [f["kind"] for f in page["findings"]] == ["kind-1", "kind-2"]
     assert page["findings"][0]["detail"] == {"i": 1} and page["limit"] == 2
     assert "kind-4" in ok("runs", "findings", done).stdout
+    first = ok_json("runs", "findings", done, "--limit", 2)
+    assert first["total"] == 5 and first["next_after"] == first["findings"][-1]["id"]
+    after = ok_json("runs", "findings", done, "--limit", 2, "--after", first["next_after"])
+    assert [f["kind"] for f in after["findings"]] == ["kind-2", "kind-3"]
+    table = ok("runs", "findings", done, "--limit", 2, "--after", after["next_after"]).stdout
+    assert "kind-4" in table and "kind-3" not in table and "next page" not in table
+    assert "next page: --after" in ok("runs", "findings", done, "--limit", 2).stdout
 
 
 def test_runs_cancel_flags_the_running_run_once(env: dict[str, str], ledger: Ledger) -> None:

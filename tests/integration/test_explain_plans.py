@@ -226,11 +226,18 @@ def operations(db: Database) -> dict[str, Callable[[], object]]:
         "availability sighting": lambda: jobs.sight_ledger("jobs", 45.0),
         "findings first page": lambda: runs.list_findings(_run(5), limit=50),
         # A deep offset into one run (4,950 of its 5,000) is planned as a sort of that run's
-        # rows: bounded by the run, not the table; keyset paging of findings is not done yet.
+        # rows: bounded by the run, not the table; the keyset page after it is a range read.
         "findings page 10": lambda: runs.list_findings(_run(5), limit=50, offset=450),
+        "findings after": lambda: runs.list_findings(
+            _run(5), limit=50, after=_finding(4 + 20 * 2500)
+        ),
         "severity counts": lambda: runs.finding_severity_counts(_run(5)),
         "runs list": lambda: runs.list_runs(limit=50),
     }
+
+
+def _finding(n: int) -> str:
+    return "F" + str(n).rjust(25, "0")
 
 
 def _run(n: int) -> str:

@@ -70,6 +70,7 @@ def _valid() -> dict[Any, Callable[[], object]]:
         "job": lambda: AsyncJob(plan_id=new_id(), phase=PlanPhase.strategize),
         "jobs": lambda: [AsyncJob(plan_id=new_id(), phase=PlanPhase.strategize)],
         "plan": Plan,
+        "plans": lambda: [Plan()],
         "job_id": new_id,
         "plan_id": new_id,
         "run_id": new_id,

@@ -16,6 +16,7 @@ import pytest
 
 from planq.domain.clock import utcnow
 from planq.domain.errors import RunNotActiveError, RunNotFoundError
+from planq.domain.ids import new_id
 from planq.domain.redaction import REDACTED
 from planq.domain.runs import (
     AlreadyActive,
@@ -948,3 +949,20 @@ def test_handlers_and_providers_match_their_protocols(provider: RunStoreProvider
     assert isinstance(handler, RecoverableJobHandler)
     assert isinstance(provider, RunStoreProvider)
     assert isinstance(open_fresh(provider, "scan"), RunStore)
+
+
+def test_findings_page_by_key_after_a_finding(provider: RunStoreProvider) -> None:
+    """`after` = the last id of a page gives the next page, as offset paging would."""
+    store = open_fresh(provider, "scan")
+    for i in range(7):
+        store.record_finding("k", Severity.anomaly, f"res-{i}", {"i": i})
+    by_offset = provider.list_findings(store.run_id, limit=100)
+    first = provider.list_findings(store.run_id, limit=3)
+    second = provider.list_findings(store.run_id, limit=3, after=first[-1].id)
+    third = provider.list_findings(store.run_id, limit=3, after=second[-1].id)
+    assert [f.id for f in first + second + third] == [f.id for f in by_offset]
+    assert [len(p) for p in (first, second, third)] == [3, 3, 1]
+    assert provider.list_findings(store.run_id, limit=3, after=third[-1].id) == []
+    assert provider.list_findings(store.run_id, after=new_id()) == []  # names no finding
+    with pytest.raises(ValueError):
+        provider.list_findings(store.run_id, after="")

@@ -170,3 +170,30 @@ def test_delay_many_is_one_statement_for_the_batch(
     writes = [s for s in counted.statements if "dispatched_at" not in s]
     # PostgreSQL: one statement for the ten plans and rows; SQLite: one BEGIN, two per plan.
     assert len(writes) == (1 if dialect == "postgresql" else 21), writes
+
+
+def test_bulk_plans_and_their_queue_are_one_statement_each(
+    app: Celery, runtime: Runtime, counted: Counter
+) -> None:
+    """create_plans: one INSERT for the batch; delay_many: one statement; stamps: one."""
+    dialect = runtime.db.dialect
+    runtime.stamps.interval = 3600.0  # the batch thread waits: this test flushes by hand
+    counted.reset()
+    plans = runtime.lifecycle.create_plans([["a", "b"]] * 300, [f"bulk-{i}" for i in range(300)])
+    # One INSERT for the 300 plans (SQLite: one executemany, inside its BEGIN IMMEDIATE).
+    expected = ["INSERT INTO plans"] if dialect == "postgresql" else ["BEGIN IMMEDIATE", "INSERT"]
+    assert [s[: len(e)] for s, e in zip(counted.statements, expected, strict=False)] == expected
+    assert len(counted.statements) == len(expected), counted.statements
+    if dialect == "postgresql":  # as one delay(): the statement is the only round trip
+        assert counted.round_trips(dialect) == ROUND_TRIPS[dialect][0], counted
+    assert runtime.plans.count() == 300
+
+    counted.reset()
+    ids = app.tasks["planq.strategize_plan"].delay_many([p.plan_id for p in plans])
+    assert len(ids) == 300
+    assert len(counted.statements) == (1 if dialect == "postgresql" else 601), counted.statements
+    assert runtime.stamps.pending == 300  # every chunk the broker took, waiting for its stamp
+    counted.reset()
+    assert runtime.stamps.flush() == 300
+    stamps = [s for s in counted.statements if "dispatched_at" in s]
+    assert len(stamps) == 1 and len(counted.statements) <= 2, counted.statements  # + BEGIN

@@ -8,6 +8,9 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ulid import ULID
 
 from planq.domain.cancellation import CancellationToken
 from planq.domain.config import AsyncWorkerConfig, derive_heartbeat_interval
@@ -22,6 +25,8 @@ from planq.domain.errors import (
 from planq.domain.health import WorkerHealthReport
 from planq.domain.ids import is_ulid, new_id, require_ulid
 
+#: Crockford base32 both cases, the letters it leaves out, and look-alikes (for is_ulid).
+ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZabcdefghjkmnpqrstvwxyzILOUilou-_ \u0660é"
 DEADLINE = 10.0  # seconds: generous upper bound for anything that should be instant
 
 # -- CancellationToken -------------------------------------------------------------------------
@@ -377,6 +382,17 @@ def test_new_ids_sort_by_creation_time_across_milliseconds() -> None:
 )
 def test_is_ulid_rejects(value: object) -> None:
     assert is_ulid(value) is False
+
+
+@given(st.text(alphabet=ALPHABET, min_size=26, max_size=26) | st.builds(new_id))
+def test_is_ulid_says_what_the_ulid_decoder_says(value: str) -> None:
+    """The regex accepts exactly what ULID.from_str decodes (either case, 48-bit time)."""
+    try:
+        ULID.from_str(value)
+        decodes = True
+    except ValueError:
+        decodes = False
+    assert is_ulid(value) is decodes
 
 
 def test_is_ulid_accepts_any_case() -> None:
