@@ -123,10 +123,10 @@ def bench_planq(args: Any, rows: Rows) -> None:
         os.environ.update(PLANQ_BROKER_URL=args.redis_url, PLANQ_DATABASE_URL=url)
         from planq.tasks.runtime import reset_runtime, runtime_for
         from planq.worker_config import client
-        from planq.worker_config.factory import create_app
+        from planq.worker_config.bootstrap import bootstrap
         from planq.worker_config.settings import load_settings
 
-        app = create_app(load_settings())
+        app = bootstrap(load_settings())
         rt = runtime_for(app)
         task = app.tasks["planq.strategize_plan"]
         try:
