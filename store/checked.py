@@ -397,10 +397,12 @@ class CheckedPlanStore(ABC):
         check_list_limit(limit)
         return self._list_all(limit)
 
-    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
-        """One page of plans, newest first (listings for people)."""
+    def list_recent(self, limit: int = 50, offset: int = 0, after: str | None = None) -> list[Plan]:
+        """One page of plans, newest first (listings for people), after a plan (keyset)."""
         check_page(limit, offset)
-        return self._list_recent(limit, offset)
+        if after is not None:
+            check_id("after", after)
+        return self._list_recent(limit, offset, after)
 
     def count(self, at_most: int | None = None) -> int:
         """How many plans, counting no further than at_most."""
@@ -425,7 +427,7 @@ class CheckedPlanStore(ABC):
     def _list_all(self, limit: int | None) -> list[Plan]: ...
 
     @abstractmethod
-    def _list_recent(self, limit: int, offset: int) -> list[Plan]: ...
+    def _list_recent(self, limit: int, offset: int, after: str | None) -> list[Plan]: ...
 
     @abstractmethod
     def _count(self, at_most: int | None) -> int: ...

@@ -6,9 +6,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, and_, delete, func, literal, or_, select, tuple_, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import aliased
 
 from planq.domain.availability import Availability
 from planq.domain.errors import DuplicateJobError
@@ -19,6 +18,7 @@ from planq.domain.transitions import CANCEL_QUEUED, EXPIRE, UNDELIVERABLE
 from planq.store.availability import sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
+from planq.store.keyset import older_than
 from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.sql_hot_path import (
     pg_claim,
@@ -161,15 +161,12 @@ class SqlJobStore(CheckedJobStore):
 
         Ordered by (created_at, job_id), the order of ix_async_jobs_created_at_job_id (and of
         the partial live/failures indexes after their status): the page is read from an
-        index, never sorted. `after` is a keyset cursor: rows strictly before that job in the
-        order, found by one lookup of its created_at inside the same statement.
+        index, never sorted. `after` is a keyset cursor (store/keyset.py): rows strictly
+        before that job in the order.
         """
         stmt = select(J).where(*self._filter(status, plan_id))
         if after is not None:
-            cursor = aliased(J)
-            at = select(cursor.created_at).where(cursor.job_id == after.upper())
-            key = tuple_(at.scalar_subquery(), literal(after.upper(), String()))
-            stmt = stmt.where(tuple_(J.created_at, J.job_id) < key)
+            stmt = stmt.where(older_than(J, "job_id", after))
         stmt = stmt.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_listed(r) for r in s.scalars(stmt)]

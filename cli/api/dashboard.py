@@ -109,9 +109,9 @@ def overview_sections() -> list[Section]:
             placeholder='<p class="muted">Pick a run\'s findings above.</p>',
         )
     )
-    sections.append(dashboard_pages.failed_section(ListQuery(limit=FAILED_SHOWN)))
-    sections.append(dashboard_pages.plans_section(ListQuery(limit=PLANS_SHOWN)))
-    sections.append(dashboard_pages.jobs_section(ListQuery(limit=JOBS_SHOWN)))
+    sections.append(dashboard_pages.FAILED.section(ListQuery(limit=FAILED_SHOWN)))
+    sections.append(dashboard_pages.PLANS.section(ListQuery(limit=PLANS_SHOWN)))
+    sections.append(dashboard_pages.JOBS.section(ListQuery(limit=JOBS_SHOWN)))
     return sections
 
 

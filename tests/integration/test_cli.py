@@ -239,8 +239,15 @@ def test_plans_list_is_newest_first_and_says_how_many(env: dict[str, str], ledge
     assert [p["plan_id"] for p in rest["plans"]] == [first.plan_id] and rest["total"] == 3
     table = ok("plans", "list", "--limit", 2).stdout
     assert table.index(third.plan_id) < table.index(second.plan_id)
-    assert first.plan_id not in table and "showing 2 of 3 (newest first)" in table
+    assert first.plan_id not in table and "showing 2 of 3 (newest first; next page" in table
     assert "showing 3-3 of 3" in ok("plans", "list", "--limit", 2, "--offset", 2).stdout
+    assert page["next_after"] == second.plan_id and "--after" in table  # the keyset cursor
+    newer = ledger.plan(name="four")  # added meanwhile: the next page by key is unchanged
+    keyed = ok_json("plans", "list", "--limit", 2, "--after", page["next_after"])
+    assert [p["plan_id"] for p in keyed["plans"]] == [first.plan_id]
+    assert (keyed["next_after"], keyed["total"]) == (None, 4) and newer.plan_id
+    gone = ok_json("plans", "list", "--after", page["next_after"].lower())  # ids fold case
+    assert [p["plan_id"] for p in gone["plans"]] == [first.plan_id]
 
 
 def test_plans_create_refuses_an_empty_step(env: dict[str, str], ledger: Ledger) -> None:
