@@ -476,21 +476,37 @@ def find_run(session: Planq, run_id: str, job_name: str | None = None) -> Any:
     return run
 
 
-def check_run_args(name: str, args: dict[str, str]) -> dict[str, str]:
-    """Refuse bad trigger args before anything is sent (planq's own scan knows its bounds)."""
-    from dataclasses import fields
+def check_run_args(handler: Any, args: dict[str, str]) -> dict[str, str]:
+    """Refuse bad trigger args before anything is sent.
 
+    Every key and value is checked against the run params' bounds. A handler that declares
+    `params` (the keys it reads: planq's own scan does) has a closed set: an unknown key is
+    refused naming the one it most likely misspells, since the run would silently ignore it.
+    """
     from planq.domain.runs.checks import check_param
+    from planq.domain.spelling import closest
     from planq.tasks.ledger_consistency import JOB_NAME, ScanParams
 
     for key, value in args.items():
         check_param(key, value)
-    if name == JOB_NAME:
-        known = {f.name for f in fields(ScanParams)}
+    known = getattr(handler, "params", None)
+    if known is not None:
+        for key in args:
+            if key not in known:
+                meant = closest(key, known)
+                hint = f"did you mean {meant}? " if meant else ""
+                takes = ", ".join(sorted(known)) or "none"
+                raise UnknownArg(
+                    f"arg {key[:80]!r} is not one {handler.name} takes; {hint}(it takes: {takes})"
+                )
+    if handler.name == JOB_NAME:
         for key, value in args.items():
-            if key in known:
-                ScanParams.parse(key, value)
+            ScanParams.parse(key, value)
     return args
+
+
+class UnknownArg(BadInput):
+    """A trigger arg the recoverable job does not read (exit 2; HTTP 422 bad_input)."""
 
 
 def trigger_run(
@@ -509,8 +525,7 @@ def trigger_run(
     from planq.tasks import trigger_slot
     from planq.tasks.recoverable import task_name
 
-    recoverable_handler(session, name)
-    check_run_args(name, args)
+    check_run_args(recoverable_handler(session, name), args)
     newest = session.runs.list_runs(name, limit=1)
     latest = newest[0] if newest else None
     if latest is not None and latest.status.is_active:

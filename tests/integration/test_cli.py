@@ -724,6 +724,17 @@ def test_runs_trigger_sends_the_task(
     redis.Redis.from_url(REDIS_TEST_URL).delete(slot_key("ledger_consistency"))
 
 
+def test_runs_trigger_refuses_a_misspelt_arg_naming_the_one_meant(
+    env: dict[str, str], ledger: Ledger, published: list[Sent]
+) -> None:
+    line = fails(2, "runs", "trigger", "ledger_consistency", "--arg", "batch_sise=50")
+    assert "'batch_sise' is not one ledger_consistency takes; did you mean batch_size?" in line
+    assert "(it takes: batch_delay, batch_size, checkpoint_rows, checkpoint_seconds)" in line
+    far = fails(2, "runs", "trigger", "ledger_consistency", "--arg", "colour=red")
+    assert "'colour' is not one" in far and "did you mean" not in far  # nothing close
+    assert published == [] and ledger.runs.list_runs("ledger_consistency", limit=5) == []
+
+
 def test_runs_trigger_of_an_unknown_name_lists_the_known_ones(
     env: dict[str, str], ledger: Ledger, published: list[Sent]
 ) -> None:
