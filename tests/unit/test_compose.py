@@ -381,8 +381,11 @@ def test_dockerfile_installs_the_package_without_dev_deps_as_a_non_root_user() -
 
 
 def test_the_dependencies_are_a_layer_of_their_own_before_the_source() -> None:
-    """A code change rebuilds only the last layers: the dependencies come from pyproject.toml
-    alone, installed before any source is copied; the source then installs without them."""
+    """A code change rebuilds only the last layers, not the dependencies.
+
+    They come from pyproject.toml alone, installed before any source is copied; the source
+    then installs without them.
+    """
     text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")  # continued lines joined
     steps = [x.strip() for x in text.splitlines() if x.startswith(("COPY ", "RUN "))]
     copies = [i for i, x in enumerate(steps) if x.startswith("COPY ")]
