@@ -6,9 +6,10 @@ Two views side by side, each bounded so the page stays fast:
   jobs) grouped by node (a worker id is `<node>/<pid>`), each node with its processes, its
   jobs and its newest heartbeat; a heartbeat older than PLANQ_JOB_TIMEOUT is marked stale
   (the stuck sweep's rule), since that process has stopped beating;
-- Celery's: one `inspect().active()` broadcast, waited on for at most BROADCAST_TIMEOUT and
-  kept for BROADCAST_TTL. Only one request at a time asks; the others show the last answer,
-  so a page that refreshes every 2 s never waits on a silent broker longer than the timeout.
+- Celery's: one `inspect().active()` broadcast per app, waited on for at most
+  BROADCAST_TIMEOUT and kept for BROADCAST_TTL. Only one request at a time asks; the others
+  show the last answer, so a page that refreshes every 2 s never waits on a silent broker
+  longer than the timeout.
 
 Nodes that answer Celery but run nothing are listed as idle; nodes with running jobs that do
 not answer are marked so: that is what an operator looks for after a crash.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from typing import Annotated, Any
+from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
@@ -98,7 +100,18 @@ def ask_celery(app: Any, clock: Callable[[], float] = time.monotonic) -> CeleryV
     return CeleryView(active, clock(), datetime.now(UTC))
 
 
-ASKER = CeleryAsker()
+#: One asker per Celery app (an API process serves one; tests serve several in turn).
+_ASKERS: WeakKeyDictionary[Any, CeleryAsker] = WeakKeyDictionary()
+_ASKERS_LOCK = threading.Lock()
+
+
+def asker_for(app: Any) -> CeleryAsker:
+    """The app's asker, made on first use."""
+    with _ASKERS_LOCK:
+        asker = _ASKERS.get(app)
+        if asker is None:
+            asker = _ASKERS[app] = CeleryAsker()
+        return asker
 
 
 def node_of(worker_id: str) -> tuple[str, str]:
@@ -195,7 +208,7 @@ def workers_table(
 def workers_html(planq: Planq) -> str:
     """The worker status section: the ledger's running jobs by node, and Celery's answer."""
     running = services.list_jobs(planq, "running", None, RUNNING_SCAN)
-    celery = ASKER.view(planq.app)
+    celery = asker_for(planq.app).view(planq.app)
     stale_after = float(planq.settings.job_timeout)
     return workers_table(nodes(running, celery), len(running), celery, stale_after)
 

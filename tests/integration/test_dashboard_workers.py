@@ -7,6 +7,7 @@ both nodes are marked as not replying, and the page still comes back within its 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -14,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from planq.cli.api.workers import BROADCAST_TIMEOUT, BROADCAST_TTL, CeleryView, asker_for
 from planq.domain.clock import utcnow
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
 from planq.store import Database, sql_ledger
 from tests.api_support import ApiServer
+from tests.celery_support import make_app
 from tests.integration.test_api import api_settings
 from tests.integration.test_dashboard_pages import text_of
+from tests.support import wait_for
 
 JOB_TIMEOUT = 120.0
 
@@ -91,3 +95,34 @@ def test_an_idle_ledger_says_so(server: tuple[ApiServer, Database]) -> None:
     text = text_of(api.get("/dashboard/workers", token=None).text)
     assert "no running jobs, and no node answered" in text
     assert "0 running jobs on 0 nodes (ledger)" in text
+
+
+def test_celery_is_asked_once_per_few_seconds_and_never_by_two_requests(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """On the test Redis, where no worker answers: each broadcast waits its full bound."""
+    app = make_app(redis_url, f"sqlite:///{tmp_path / 'asker.db'}")
+    try:
+        asker = asker_for(app)
+        assert asker_for(app) is asker  # one per app
+        clock = [100.0]
+        started = time.monotonic()
+        first = asker.view(app, clock=lambda: clock[0])
+        assert first is not None and first.active == {} and first.error == ""
+        assert time.monotonic() - started >= BROADCAST_TIMEOUT * 0.9  # it did wait for replies
+        clock[0] += BROADCAST_TTL / 2
+        again = time.monotonic()
+        assert asker.view(app, clock=lambda: clock[0]) is first  # kept: no second broadcast
+        assert time.monotonic() - again < BROADCAST_TIMEOUT / 2
+        clock[0] += BROADCAST_TTL
+        results: list[CeleryView | None] = []
+        asking = threading.Thread(target=lambda: results.append(asker.view(app, lambda: clock[0])))
+        asking.start()  # an old answer: this one asks again ...
+        wait_for(asker._lock.locked, timeout=10, interval=0.01, what="the broadcast to start")
+        waited = time.monotonic()
+        assert asker.view(app, clock=lambda: clock[0]) is first  # ... and another request
+        assert time.monotonic() - waited < BROADCAST_TIMEOUT / 2  # shows the last answer at once
+        asking.join(10)
+        assert results and results[0] is not first and results[0] is not None
+    finally:
+        app.close()
