@@ -180,6 +180,9 @@ class JobStore(Protocol):
         `domain.availability.next_availability` (max_gap: the sweep's allowed gap).
         """
 
+    def last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last reached the ledger (its last run that could); None if never."""
+
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""
 

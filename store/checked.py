@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 
-from planq.domain.availability import Availability
+from planq.domain.availability import Availability, check_sweep
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
@@ -221,6 +221,11 @@ class CheckedJobStore(ABC):
         check_sighting(sweep, max_gap, recovered_ago)
         return self._sight_ledger(sweep, max_gap, recovered_ago)
 
+    def last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last reached the ledger; None if never."""
+        check_sweep(sweep)
+        return self._last_sighting(sweep)
+
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""
         check_moment("cutoff", cutoff)
@@ -343,6 +348,9 @@ class CheckedJobStore(ABC):
     def _sight_ledger(
         self, sweep: str, max_gap: float, recovered_ago: float | None
     ) -> Availability: ...
+
+    @abstractmethod
+    def _last_sighting(self, sweep: str) -> datetime | None: ...
 
     @abstractmethod
     def _list_stuck(self, cutoff: datetime, limit: int) -> list[AsyncJob]: ...

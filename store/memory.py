@@ -302,6 +302,10 @@ class InMemoryJobStore(CheckedJobStore):
         """Record a sweep's sighting (no server to restart: its own process's clock)."""
         return self._sightings.sight(sweep, max_gap, recovered_ago)
 
+    def _last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last sighted this ledger."""
+        return self._sightings.last(sweep)
+
     def _is_stuck(self, row: AsyncJob, cutoff: datetime) -> bool:
         return row.status is AsyncJobStatus.running and (
             row.last_heartbeat is None or row.last_heartbeat < cutoff

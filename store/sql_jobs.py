@@ -15,7 +15,7 @@ from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, Unrea
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
 from planq.domain.transitions import CANCEL_QUEUED, EXPIRE, UNDELIVERABLE
-from planq.store.availability import sight_ledger
+from planq.store.availability import last_sighting, sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
 from planq.store.keyset import older_than
@@ -305,6 +305,10 @@ class SqlJobStore(CheckedJobStore):
     ) -> Availability:
         """SIGHT: record a sweep's sighting; since when the ledger is available (one txn)."""
         return sight_ledger(self.db, sweep, max_gap, recovered_ago)
+
+    def _last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last sighted the ledger (one primary-key read)."""
+        return last_sighting(self.db, sweep)
 
     def _stuck(self, cutoff: datetime) -> Any:
         return and_(

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -752,11 +752,21 @@ def test_schedule_lists_maintenance_and_recoverable_jobs(
     ledger.running(heartbeat_age=3600)
     run_id = ledger.run("ledger_consistency")
 
+    before = {r["task"]: r for r in ok_json("schedule")}["planq.maintenance.detect_stuck_jobs"]
+    assert (before["last_outcome"], before["last_run_at"]) == ("never run", None)
+    swept = ledger.jobs.sight_ledger("jobs", 90.0)  # what each stuck sweep records first
+
     rows = {r["task"]: r for r in ok_json("schedule")}
     assert set(rows) >= MAINTENANCE
     stuck = rows["planq.maintenance.detect_stuck_jobs"]
-    assert (stuck["every_seconds"], stuck["last_outcome"], stuck["waiting"]) == (45.0, "n/a", 1)
-    assert rows["planq.maintenance.cleanup_expired_jobs"]["last_outcome"] == "n/a"
+    assert (stuck["every_seconds"], stuck["last_outcome"], stuck["waiting"]) == (45.0, "ran", 1)
+    assert datetime.fromisoformat(stuck["last_run_at"]) == swept.now  # the sweep's own time
+    cleanup = rows["planq.maintenance.cleanup_expired_jobs"]
+    assert (cleanup["last_outcome"], cleanup["note"]) == (
+        "not recorded",
+        "its runs are not recorded",
+    )
+    assert "n/a" not in json.dumps(list(rows.values()))
     scan = rows["planq.runs.ledger_consistency"]
     assert (scan["kind"], scan["every_seconds"], scan["last_outcome"]) == (
         "recoverable",
@@ -769,7 +779,7 @@ def test_schedule_lists_maintenance_and_recoverable_jobs(
     table = ok("schedule").stdout
     for task in MAINTENANCE:
         assert task in table
-    assert "every 45s" in table and "Completed at" in table
+    assert "every 45s" in table and "Completed at" in table and "ran at" in table
 
 
 # -- settings, services, db ------------------------------------------------------------------
