@@ -95,7 +95,7 @@ def stylesheet() -> Response:
     return Response(assets.CSS, media_type="text/css")
 
 
-def overview_sections() -> list[Section]:
+def overview_sections(request: Request) -> list[Section]:
     """The overview: recoverable jobs, runs, findings, workers, then each listing's first page."""
     sections = [
         Section(key, title, f"/dashboard/fragments/{key}", render)
@@ -109,7 +109,7 @@ def overview_sections() -> list[Section]:
             placeholder='<p class="muted">Pick a run\'s findings above.</p>',
         )
     )
-    sections.append(workers.workers_section())
+    sections.append(workers.workers_section(request))
     sections.append(dashboard_pages.FAILED.section(ListQuery(limit=FAILED_SHOWN)))
     sections.append(dashboard_pages.PLANS.section(ListQuery(limit=PLANS_SHOWN)))
     sections.append(dashboard_pages.JOBS.section(ListQuery(limit=JOBS_SHOWN)))
@@ -120,4 +120,4 @@ def overview_sections() -> list[Section]:
 @router.get("/dashboard")
 def overview(request: Request) -> HTMLResponse:
     """The dashboard's overview page."""
-    return shell.page(request, "planq dashboard", overview_sections(), "/dashboard")
+    return shell.page(request, "planq dashboard", overview_sections(request), "/dashboard")

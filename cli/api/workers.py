@@ -6,10 +6,8 @@ Two views side by side, each bounded so the page stays fast:
   jobs) grouped by node (a worker id is `<node>/<pid>`), each node with its processes, its
   jobs and its newest heartbeat; a heartbeat older than PLANQ_JOB_TIMEOUT is marked stale
   (the stuck sweep's rule), since that process has stopped beating;
-- Celery's: one `inspect().active()` broadcast per app, waited on for at most
-  BROADCAST_TIMEOUT and kept for BROADCAST_TTL. Only one request at a time asks; the others
-  show the last answer, so a page that refreshes every 2 s never waits on a silent broker
-  longer than the timeout.
+- Celery's: one bounded `inspect().active()` broadcast, its answer kept a few seconds
+  (celery_view.py), so a page that refreshes every 2 s never waits on a silent broker.
 
 Nodes that answer Celery but run nothing are listed as idle; nodes with running jobs that do
 not answer are marked so: that is what an operator looks for after a crash.
@@ -17,34 +15,27 @@ not answer are marked so: that is what an operator looks for after a crash.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from typing import Annotated, Any
-from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
 from planq.cli import services
 from planq.cli.api.auth import require_read
+from planq.cli.api.celery_view import CeleryAsker, CeleryView
 from planq.cli.api.fragments import ago, job_link, utc, when
 from planq.cli.api.shell import Section, html, page
-from planq.cli.api.state import session
+from planq.cli.api.state import api_state, session
 from planq.cli.context import Planq
-from planq.cli.output import one_line
 
 router = APIRouter(include_in_schema=False)
 #: The most running jobs one render reads (newest first); more is said under the table.
 RUNNING_SCAN = 500
 #: Jobs listed per node; the rest are counted.
 JOBS_SHOWN = 10
-#: Seconds one Celery broadcast may take, and how long its answer is reused.
-BROADCAST_TIMEOUT = 0.5
-BROADCAST_TTL = 5.0
 
 
 @dataclass
@@ -57,61 +48,6 @@ class Node:
     last_heartbeat: datetime | None = None
     #: Tasks Celery says it is running; None when it did not answer.
     celery_active: int | None = None
-
-
-@dataclass(frozen=True)
-class CeleryView:
-    """What one broadcast answered: {node: active task count}, when, or why it failed."""
-
-    active: dict[str, int]
-    asked_at: float  #: the monotonic clock's time, for the cache
-    asked_utc: datetime  #: the same moment, shown
-    error: str = ""
-
-
-class CeleryAsker:
-    """One bounded `inspect().active()` at a time, its answer kept for BROADCAST_TTL."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: CeleryView | None = None
-
-    def view(self, app: Any, clock: Callable[[], float] = time.monotonic) -> CeleryView | None:
-        """The last answer, refreshed first if old and no other request is refreshing it."""
-        last = self._last
-        if last is not None and clock() - last.asked_at < BROADCAST_TTL:
-            return last
-        if not self._lock.acquire(blocking=False):
-            return last  # another request is asking: show what is known
-        try:
-            self._last = ask_celery(app, clock)
-        finally:
-            self._lock.release()
-        return self._last
-
-
-def ask_celery(app: Any, clock: Callable[[], float] = time.monotonic) -> CeleryView:
-    """Broadcast `active` and wait at most BROADCAST_TIMEOUT; an error is kept, not raised."""
-    try:
-        replies = app.control.inspect(timeout=BROADCAST_TIMEOUT).active() or {}
-    except Exception as exc:
-        return CeleryView({}, clock(), datetime.now(UTC), one_line(exc))
-    active = {str(k): len(v or []) for k, v in replies.items()}
-    return CeleryView(active, clock(), datetime.now(UTC))
-
-
-#: One asker per Celery app (an API process serves one; tests serve several in turn).
-_ASKERS: WeakKeyDictionary[Any, CeleryAsker] = WeakKeyDictionary()
-_ASKERS_LOCK = threading.Lock()
-
-
-def asker_for(app: Any) -> CeleryAsker:
-    """The app's asker, made on first use."""
-    with _ASKERS_LOCK:
-        asker = _ASKERS.get(app)
-        if asker is None:
-            asker = _ASKERS[app] = CeleryAsker()
-        return asker
 
 
 def node_of(worker_id: str) -> tuple[str, str]:
@@ -205,26 +141,32 @@ def workers_table(
     )
 
 
-def workers_html(planq: Planq) -> str:
+def workers_html(planq: Planq, asker: CeleryAsker) -> str:
     """The worker status section: the ledger's running jobs by node, and Celery's answer."""
     running = services.list_jobs(planq, "running", None, RUNNING_SCAN)
-    celery = asker_for(planq.app).view(planq.app)
+    celery = asker.view(planq.app)
     stale_after = float(planq.settings.job_timeout)
     return workers_table(nodes(running, celery), len(running), celery, stale_after)
 
 
-def workers_section() -> Section:
+def workers_section(request: Request) -> Section:
     """The Workers box (the overview's and the Workers page's)."""
-    return Section("workers", "Workers", "/dashboard/fragments/workers", workers_html)
+    asker = api_state(request).celery
+    return Section(
+        "workers",
+        "Workers",
+        "/dashboard/fragments/workers",
+        lambda planq: workers_html(planq, asker),
+    )
 
 
 @router.get("/dashboard/fragments/workers", dependencies=[Depends(require_read)])
-def workers_fragment(planq: Annotated[Planq, Depends(session)]) -> HTMLResponse:
+def workers_fragment(request: Request, planq: Annotated[Planq, Depends(session)]) -> HTMLResponse:
     """The worker status."""
-    return html(workers_html(planq))
+    return html(workers_html(planq, api_state(request).celery))
 
 
 @router.get("/dashboard/workers")
 def workers_page(request: Request) -> HTMLResponse:
     """Worker nodes, their heartbeats and in-flight jobs."""
-    return page(request, "Workers · planq", [workers_section()], "/dashboard/workers")
+    return page(request, "Workers · planq", [workers_section(request)], "/dashboard/workers")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from planq.cli.api.workers import BROADCAST_TIMEOUT, BROADCAST_TTL, CeleryView, asker_for
+from planq.cli.api.celery_view import BROADCAST_TIMEOUT, BROADCAST_TTL, CeleryAsker, CeleryView
 from planq.domain.clock import utcnow
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
@@ -103,8 +103,7 @@ def test_celery_is_asked_once_per_few_seconds_and_never_by_two_requests(
     """On the test Redis, where no worker answers: each broadcast waits its full bound."""
     app = make_app(redis_url, f"sqlite:///{tmp_path / 'asker.db'}")
     try:
-        asker = asker_for(app)
-        assert asker_for(app) is asker  # one per app
+        asker = CeleryAsker()  # the one an API process keeps (ApiState.celery)
         clock = [100.0]
         started = time.monotonic()
         first = asker.view(app, clock=lambda: clock[0])
