@@ -14,16 +14,24 @@ RUN groupadd --system --gid 10001 planq \
 
 # The runtime dependencies only: no [dev] extra, no tests (pyproject.toml asks for
 # kombu[redis]: its Redis transport imports `packaging`, which only that extra brings).
-# The source is removed after the install; the package lives in site-packages, so
-# `celery -A planq.worker_config` works from any directory.
+# First the dependencies alone, read from pyproject.toml: this layer is rebuilt only when
+# pyproject.toml changes, not on every change to planq's code.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+
+# Then planq itself, without resolving anything again. The source is removed after the
+# install; the package lives in site-packages, so `celery -A planq.worker_config` works from
+# any directory.
+COPY README.md ./
 COPY domain ./domain
 COPY store ./store
 COPY tasks ./tasks
 COPY worker_config ./worker_config
 COPY cli ./cli
-RUN pip install . && cd / && rm -rf /src
+RUN pip install --no-deps . && pip check && cd / && rm -rf /src
 
 USER planq
 WORKDIR /home/planq

@@ -84,11 +84,23 @@ def show(plan_id: PlanId, as_json: JsonOpt = False) -> None:
 
 @plans_app.command("list")
 @boundary
-def list_plans(limit: Limit = 50, offset: Offset = 0, as_json: JsonOpt = False) -> None:
-    """Plans, newest first, with how many there are in all."""
-    limits.check_window(limit, offset)
+def list_plans(
+    limit: Limit = 50,
+    offset: Offset = 0,
+    after: Annotated[
+        str | None,
+        typer.Option("--after", help="Only plans listed after this plan id (the next page)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Plans, newest first, with how many there are in all ("more than 10,000" past that)."""
+    from planq.domain.ids import require_ulid
+
+    limits.check_window(limit, offset)  # every input checked before the ledger is opened
+    if after is not None:
+        require_ulid("--after", after)
     with planq() as session:
-        page = services.plan_page(session, limit, offset)
+        page = services.plan_page(session, limit, offset, after)
     if as_json:
         emit_json(page.header("plans", [p.as_cli_dict() for p in page.rows]))
     else:

@@ -19,7 +19,7 @@ COUNT_CAP = 1000
 MAINTENANCE_NOTES = {
     "detect_stuck_jobs": "running jobs past job_timeout now",
     "relay_dispatch": "queued jobs due to (re)send now",
-    "cleanup_expired_jobs": "not recorded",
+    "cleanup_expired_jobs": "its runs are not recorded",
 }
 
 
@@ -44,21 +44,41 @@ def human_seconds(seconds: float) -> str:
 
 
 def maintenance_outcome(session: Planq, short: str) -> dict[str, Any]:
-    """What the ledger says about a maintenance task's backlog (its runs leave no record)."""
+    """What the ledger says of a maintenance task: when it last ran, if recorded; its backlog.
+
+    The stuck-job sweep records each run's sighting of the ledger (`ledger_availability`,
+    for fair expiry): that is its last run. The relay and the TTL cleanup keep no record;
+    the backlog beside them is what the next run will find.
+    """
     rt = session.runtime
     settings = session.settings
     waiting: int | None = None
+    last_run = None
+    outcome = "not recorded"
     if short == "detect_stuck_jobs":
         from datetime import UTC, datetime
 
+        from planq.domain.availability import JOB_SWEEP
+
         cutoff = datetime.now(UTC) - timedelta(seconds=settings.job_timeout)
         waiting = len(rt.jobs.list_stuck(cutoff, COUNT_CAP))
+        last_run = rt.jobs.last_sighting(JOB_SWEEP)
+        outcome = "never run" if last_run is None else "ran"
     elif short == "relay_dispatch":
         grace = settings.dispatch_grace
         waiting = len(rt.ledger.dispatch_due(grace, grace, COUNT_CAP))
     note = MAINTENANCE_NOTES.get(short, "not recorded")
-    text = "n/a" if waiting is None else f"n/a ({waiting} {note})"
-    return {"last_outcome": "n/a", "waiting": waiting, "note": note, "run": None, "text": text}
+    text = outcome if last_run is None else f"ran at {local_time(last_run)}"
+    if waiting is not None:
+        text += f" ({waiting} {note})"
+    return {
+        "last_outcome": outcome,
+        "last_run_at": None if last_run is None else last_run.isoformat(),
+        "waiting": waiting,
+        "note": note,
+        "run": None,
+        "text": text,
+    }
 
 
 def run_outcome(session: Planq, job_name: str) -> dict[str, Any]:
@@ -66,12 +86,15 @@ def run_outcome(session: Planq, job_name: str) -> dict[str, Any]:
     latest = session.runs.list_runs(job_name, limit=1)
     row: dict[str, Any] = {"waiting": None, "note": "latest run in the ledger"}
     if not latest:
-        return {**row, "last_outcome": "never run", "run": None, "text": "never run"}
+        never = {"last_outcome": "never run", "last_run_at": None, "run": None}
+        return {**row, **never, "text": "never run"}
     run = latest[0]
-    when = local_time(run.completed_at or run.last_progress_at)
+    at = run.completed_at or run.last_progress_at
+    when = local_time(at)
     return {
         **row,
         "last_outcome": run.status.as_str(),
+        "last_run_at": at.isoformat() if at else None,
         "run": run.as_dict(),
         "text": f"{run.status.as_str()} at {when} (run {run.id})",
     }
@@ -90,8 +113,9 @@ def describe(session: Planq, entry_name: str, entry: dict[str, Any]) -> dict[str
         row["kind"] = "recoverable"
         row.update(run_outcome(session, task.removeprefix(RUN_TASK_PREFIX)))
     else:
-        row.update(kind="other", last_outcome="n/a", waiting=None, note="not recorded", run=None)
-        row["text"] = "n/a"
+        row.update(kind="other", last_outcome="not recorded", waiting=None, note="not recorded")
+        row.update(last_run_at=None, run=None)
+        row["text"] = "not recorded"
     return row
 
 

@@ -283,11 +283,29 @@ def list_jobs(
     check_window(limit, offset)
     wanted = parse_status(status)
     plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
-    cursor = require_ulid("after", after) if after is not None else None
     store = session.ledger.jobs
-    if cursor is not None and store.get(cursor) is None:
-        raise BadInput(f"after: no job with id {after!r} (deleted?); list from the first page")
+    cursor = keyset_cursor(store, "job", after)
     return list(store.list_recent(wanted, plan, limit=limit, offset=offset, after=cursor))
+
+
+def keyset_cursor(store: Any, kind: str, after: str | None) -> str | None:
+    """A listing's `after` id, checked: a ULID of a row that still exists (BadInput if not).
+
+    A gone cursor would page to nothing; saying so beats an empty page that looks final.
+    """
+    from planq.domain.ids import require_ulid
+
+    if after is None:
+        return None
+    cursor = require_ulid("after", after)
+    if store.get(cursor) is None:
+        raise BadInput(f"after: no {kind} with id {after!r} (deleted?); list from the first page")
+    return cursor
+
+
+def next_cursor(rows: list[Any], limit: int, id_name: str) -> str | None:
+    """The next page's `after`: the last row's id when this page is full (else no next)."""
+    return str(getattr(rows[-1], id_name)) if rows and len(rows) == limit else None
 
 
 def job_page(
@@ -305,20 +323,26 @@ def job_page(
     plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
     rows = list_jobs(session, status, plan, limit, offset, after)
     counted = session.ledger.jobs.count(wanted, plan, at_most=TOTAL_CAP + 1)
-    cursor = rows[-1].job_id if len(rows) == limit else None
+    cursor = next_cursor(rows, limit, "job_id")
     return Page.bounded(rows, counted, limit, offset, next_after=cursor)
 
 
-def recent_plans(session: Planq, limit: int, offset: int = 0) -> list[Any]:
-    """Plans newest first, one page."""
+def recent_plans(
+    session: Planq, limit: int, offset: int = 0, after: str | None = None
+) -> list[Any]:
+    """Plans newest first, one page; after (a plan id) pages by key like the jobs'."""
     check_window(limit, offset)
-    return list(session.ledger.plans.list_recent(limit, offset))
+    store = session.ledger.plans
+    cursor = keyset_cursor(store, "plan", after)
+    return list(store.list_recent(limit, offset, after=cursor))
 
 
-def plan_page(session: Planq, limit: int, offset: int = 0) -> Page:
+def plan_page(session: Planq, limit: int, offset: int = 0, after: str | None = None) -> Page:
     """Plans newest first with how many there are (bounded: "more than 10,000")."""
-    rows = recent_plans(session, limit, offset)
-    return Page.bounded(rows, session.ledger.plans.count(at_most=TOTAL_CAP + 1), limit, offset)
+    rows = recent_plans(session, limit, offset, after)
+    counted = session.ledger.plans.count(at_most=TOTAL_CAP + 1)
+    cursor = next_cursor(rows, limit, "plan_id")
+    return Page.bounded(rows, counted, limit, offset, next_after=cursor)
 
 
 def run_page(session: Planq, job_name: str | None, limit: int) -> Page:
@@ -479,21 +503,37 @@ def finding_page(
     return run, page, counts
 
 
-def check_run_args(name: str, args: dict[str, str]) -> dict[str, str]:
-    """Refuse bad trigger args before anything is sent (planq's own scan knows its bounds)."""
-    from dataclasses import fields
+def check_run_args(handler: Any, args: dict[str, str]) -> dict[str, str]:
+    """Refuse bad trigger args before anything is sent.
 
+    Every key and value is checked against the run params' bounds. A handler that declares
+    `params` (the keys it reads: planq's own scan does) has a closed set: an unknown key is
+    refused naming the one it most likely misspells, since the run would silently ignore it.
+    """
     from planq.domain.runs.checks import check_param
+    from planq.domain.spelling import closest
     from planq.tasks.ledger_consistency import JOB_NAME, ScanParams
 
     for key, value in args.items():
         check_param(key, value)
-    if name == JOB_NAME:
-        known = {f.name for f in fields(ScanParams)}
+    known = getattr(handler, "params", None)
+    if known is not None:
+        for key in args:
+            if key not in known:
+                meant = closest(key, known)
+                hint = f"did you mean {meant}? " if meant else ""
+                takes = ", ".join(sorted(known)) or "none"
+                raise UnknownArg(
+                    f"arg {key[:80]!r} is not one {handler.name} takes; {hint}(it takes: {takes})"
+                )
+    if handler.name == JOB_NAME:
         for key, value in args.items():
-            if key in known:
-                ScanParams.parse(key, value)
+            ScanParams.parse(key, value)
     return args
+
+
+class UnknownArg(BadInput):
+    """A trigger arg the recoverable job does not read (exit 2; HTTP 422 bad_input)."""
 
 
 def trigger_run(
@@ -512,8 +552,7 @@ def trigger_run(
     from planq.tasks import trigger_slot
     from planq.tasks.recoverable import task_name
 
-    recoverable_handler(session, name)
-    check_run_args(name, args)
+    check_run_args(recoverable_handler(session, name), args)
     newest = session.runs.list_runs(name, limit=1)
     latest = newest[0] if newest else None
     if latest is not None and latest.status.is_active:

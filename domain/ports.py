@@ -180,6 +180,9 @@ class JobStore(Protocol):
         `domain.availability.next_availability` (max_gap: the sweep's allowed gap).
         """
 
+    def last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last reached the ledger (its last run that could); None if never."""
+
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""
 
@@ -231,8 +234,12 @@ class PlanStore(Protocol):
     def list_all(self, limit: int | None = None) -> list[Plan]:
         """Plans, oldest first."""
 
-    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
-        """One page of plans, newest first (listings for people)."""
+    def list_recent(self, limit: int = 50, offset: int = 0, after: str | None = None) -> list[Plan]:
+        """One page of plans, newest first by (created_at, plan_id) (listings for people).
+
+        after (a plan id) pages by key, as JobStore.list_recent: only plans older than that
+        one (none if it is gone).
+        """
 
     def count(self, at_most: int | None = None) -> int:
         """How many plans, counting no further than at_most (see JobStore.count)."""

@@ -50,6 +50,13 @@ def sight_ledger(
         return seen
 
 
+def last_sighting(db: Database, sweep: str) -> datetime | None:
+    """When sweep last sighted the ledger (its row's last_seen_at); None if never."""
+    with db.session() as s:
+        at = s.scalar(select(A.last_seen_at).where(A.sweep == sweep))
+    return None if at is None else as_utc(at)
+
+
 def _clock(session: Session, pg: bool) -> tuple[datetime, datetime | None]:
     """The ledger's now, and its server's start time (PostgreSQL; SQLite has neither)."""
     if not pg:
@@ -75,3 +82,8 @@ class MemorySightings:
             seen = next_availability(last_seen, since, utcnow(), max_gap, None, recovered_ago)
             self._rows[sweep] = (seen.now, seen.available_since)
             return seen
+
+    def last(self, sweep: str) -> datetime | None:
+        """When sweep last sighted this ledger; None if never."""
+        with self._lock:
+            return self._rows.get(sweep, (None, None))[0]

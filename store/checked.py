@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 
-from planq.domain.availability import Availability
+from planq.domain.availability import Availability, check_sweep
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
@@ -222,6 +222,11 @@ class CheckedJobStore(ABC):
         check_sighting(sweep, max_gap, recovered_ago)
         return self._sight_ledger(sweep, max_gap, recovered_ago)
 
+    def last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last reached the ledger; None if never."""
+        check_sweep(sweep)
+        return self._last_sighting(sweep)
+
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""
         check_moment("cutoff", cutoff)
@@ -346,6 +351,9 @@ class CheckedJobStore(ABC):
     ) -> Availability: ...
 
     @abstractmethod
+    def _last_sighting(self, sweep: str) -> datetime | None: ...
+
+    @abstractmethod
     def _list_stuck(self, cutoff: datetime, limit: int) -> list[AsyncJob]: ...
 
     @abstractmethod
@@ -402,10 +410,12 @@ class CheckedPlanStore(ABC):
         check_list_limit(limit)
         return self._list_all(limit)
 
-    def list_recent(self, limit: int = 50, offset: int = 0) -> list[Plan]:
-        """One page of plans, newest first (listings for people)."""
+    def list_recent(self, limit: int = 50, offset: int = 0, after: str | None = None) -> list[Plan]:
+        """One page of plans, newest first (listings for people), after a plan (keyset)."""
         check_page(limit, offset)
-        return self._list_recent(limit, offset)
+        if after is not None:
+            check_id("after", after)
+        return self._list_recent(limit, offset, after)
 
     def count(self, at_most: int | None = None) -> int:
         """How many plans, counting no further than at_most."""
@@ -433,7 +443,7 @@ class CheckedPlanStore(ABC):
     def _list_all(self, limit: int | None) -> list[Plan]: ...
 
     @abstractmethod
-    def _list_recent(self, limit: int, offset: int) -> list[Plan]: ...
+    def _list_recent(self, limit: int, offset: int, after: str | None) -> list[Plan]: ...
 
     @abstractmethod
     def _count(self, at_most: int | None) -> int: ...

@@ -15,7 +15,11 @@ from sqlalchemy.orm import aliased
 
 
 def past_cursor(model: Any, key: str, ident: str, cursor: str, *, descending: bool) -> Any:
-    """WHERE (key, id) comes after the cursor row's in the listing's order (desc or asc)."""
+    """WHERE (key, id) comes after the cursor row's in the listing's order (desc or asc).
+
+    Ids are ULIDs, stored upper-case: a cursor typed in lower case still finds its row.
+    """
+    cursor = cursor.upper()
     row = aliased(model)
     at = select(getattr(row, key)).where(getattr(row, ident) == cursor).scalar_subquery()
     mark = tuple_(at, literal(cursor, String()))

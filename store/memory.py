@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from planq.domain.availability import Availability
 from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError
@@ -137,12 +137,7 @@ class InMemoryJobStore(CheckedJobStore):
         with self._shared.lock:
             rows = [j for j in self._rows.values() if _wanted(j, status, plan_id)]
             cursor = None if after is None else self._rows.get(after.upper())
-        if after is not None:
-            if cursor is None:  # the cursor's row is gone: nothing is known to follow it
-                return []
-            rows = [j for j in rows if (j.created_at, j.job_id) < _key(cursor)]
-        rows.sort(key=_key, reverse=True)
-        return [j.model_copy() for j in rows[offset : offset + limit]]
+        return _newest_page(rows, _key, after, cursor, limit, offset)
 
     # -- worker operations (each atomic under the lock, like one SQL statement) --------
     def _moved(self, row: AsyncJob | None, move: JobMove, **values: Any) -> bool:
@@ -307,6 +302,10 @@ class InMemoryJobStore(CheckedJobStore):
         """Record a sweep's sighting (no server to restart: its own process's clock)."""
         return self._sightings.sight(sweep, max_gap, recovered_ago)
 
+    def _last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last sighted this ledger."""
+        return self._sightings.last(sweep)
+
     def _is_stuck(self, row: AsyncJob, cutoff: datetime) -> bool:
         return row.status is AsyncJobStatus.running and (
             row.last_heartbeat is None or row.last_heartbeat < cutoff
@@ -433,12 +432,12 @@ class InMemoryPlanStore(CheckedPlanStore):
             out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
             return [p.model_copy() for p in (out if limit is None else out[:limit])]
 
-    def _list_recent(self, limit: int, offset: int) -> list[Plan]:
-        """One page of plans, newest first."""
+    def _list_recent(self, limit: int, offset: int, after: str | None) -> list[Plan]:
+        """One page of plans, newest first, after a plan by key."""
         with self._shared.lock:
-            out = sorted(self._rows.values(), key=lambda p: (p.created_at, p.plan_id))
-        out.reverse()
-        return [p.model_copy() for p in out[offset : offset + limit]]
+            rows = list(self._rows.values())
+            cursor = None if after is None else self._rows.get(after.upper())
+        return _newest_page(rows, _plan_key, after, cursor, limit, offset)
 
     def _count(self, at_most: int | None) -> int:
         """How many plans, at most at_most."""
@@ -455,6 +454,31 @@ class InMemoryPlanStore(CheckedPlanStore):
 def _key(job: AsyncJob) -> tuple[datetime, str]:
     """The listings' order: creation time, then id."""
     return job.created_at, job.job_id
+
+
+R = TypeVar("R", AsyncJob, Plan)
+
+
+def _plan_key(plan: Plan) -> tuple[datetime, str]:
+    """The plans listing's order: creation time, then id."""
+    return plan.created_at, plan.plan_id
+
+
+def _newest_page(
+    rows: list[R],
+    key: Callable[[R], tuple[datetime, str]],
+    after: str | None,
+    cursor: R | None,
+    limit: int,
+    offset: int,
+) -> list[R]:
+    """The SQL listings' page (store/keyset.py): newest first, strictly older than cursor."""
+    if after is not None:
+        if cursor is None:  # the cursor's row is gone: nothing is known to follow it
+            return []
+        rows = [r for r in rows if key(r) < key(cursor)]
+    rows.sort(key=key, reverse=True)
+    return [r.model_copy() for r in rows[offset : offset + limit]]
 
 
 def _wanted(job: AsyncJob, status: AsyncJobStatus | None, plan_id: str | None) -> bool:

@@ -15,7 +15,7 @@ from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, Unrea
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
 from planq.domain.transitions import CANCEL_QUEUED, EXPIRE, UNDELIVERABLE
-from planq.store.availability import sight_ledger
+from planq.store.availability import last_sighting, sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
 from planq.store.keyset import past_cursor
@@ -161,13 +161,13 @@ class SqlJobStore(CheckedJobStore):
 
         Ordered by (created_at, job_id), the order of ix_async_jobs_created_at_job_id (and of
         the partial live/failures indexes after their status): the page is read from an
-        index, never sorted. `after` is a keyset cursor: rows strictly before that job in the
-        order, found by one lookup of its created_at inside the same statement.
+        index, never sorted. `after` is a keyset cursor (store/keyset.py): rows strictly
+        before that job in the order.
         """
         stmt = select(J).where(*self._filter(status, plan_id))
         if after is not None:
             stmt = stmt.where(
-                past_cursor(J, "created_at", "job_id", after.upper(), descending=True)
+                past_cursor(J, "created_at", "job_id", after, descending=True)
             )
         stmt = stmt.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
@@ -307,6 +307,10 @@ class SqlJobStore(CheckedJobStore):
     ) -> Availability:
         """SIGHT: record a sweep's sighting; since when the ledger is available (one txn)."""
         return sight_ledger(self.db, sweep, max_gap, recovered_ago)
+
+    def _last_sighting(self, sweep: str) -> datetime | None:
+        """When sweep last sighted the ledger (one primary-key read)."""
+        return last_sighting(self.db, sweep)
 
     def _stuck(self, cutoff: datetime) -> Any:
         return and_(

@@ -12,6 +12,7 @@ from planq.domain.plans import Plan
 from planq.domain.ports import Ledger
 from planq.store.checked import CheckedPlanStore
 from planq.store.database import Database
+from planq.store.keyset import past_cursor
 from planq.store.models import PlanModel
 
 P = PlanModel
@@ -103,9 +104,12 @@ class SqlPlanStore(CheckedPlanStore):
             stmt = select(P).order_by(P.created_at, P.plan_id).limit(limit)
             return [to_domain(r) for r in s.scalars(stmt)]
 
-    def _list_recent(self, limit: int, offset: int) -> list[Plan]:
-        """One page of plans, newest first (what people list)."""
-        stmt = select(P).order_by(*_NEWEST_FIRST).limit(limit).offset(offset)
+    def _list_recent(self, limit: int, offset: int, after: str | None) -> list[Plan]:
+        """One page of plans, newest first (what people list), after a plan by key."""
+        stmt = select(P)
+        if after is not None:
+            stmt = stmt.where(past_cursor(P, "created_at", "plan_id", after, descending=True))
+        stmt = stmt.order_by(*_NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
 

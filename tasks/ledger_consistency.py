@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -140,6 +140,8 @@ class LedgerConsistencyHandler:
     """The recoverable job `ledger_consistency` (see the module docstring)."""
 
     name = JOB_NAME
+    #: The args it reads (a closed set: `runs trigger --arg` refuses any other key).
+    params = tuple(f.name for f in fields(ScanParams))
 
     def __init__(
         self,

@@ -7,8 +7,15 @@ through here (an import-linter contract keeps `planq.cli` from importing `planq.
 
 from __future__ import annotations
 
-from planq.store import Database, SqlRunStoreProvider, sql_ledger
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from planq.store import sql_ledger
+from planq.store.database import Database
 from planq.store.migrate import migrate_sqlite, upgrade
+
+if TYPE_CHECKING:
+    from planq.store.runs_sql import SqlRunStoreProvider
 
 
 class LedgerReader:
@@ -22,7 +29,13 @@ class LedgerReader:
         migrate_sqlite(database_url)
         self.db = Database(database_url)
         self.jobs, self.plans = sql_ledger(self.db)
-        self.runs = SqlRunStoreProvider(self.db)
+
+    @cached_property
+    def runs(self) -> SqlRunStoreProvider:
+        """The run stores, built when a command reads runs (a job listing does not)."""
+        from planq.store.runs_sql import SqlRunStoreProvider
+
+        return SqlRunStoreProvider(self.db)
 
     def close(self) -> None:
         """Close the connections."""

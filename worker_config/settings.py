@@ -11,7 +11,6 @@ setting it likely meant.
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -29,6 +28,7 @@ from planq.domain import config
 from planq.domain.config import AsyncWorkerConfig, plain, shown
 from planq.domain.errors import ConfigurationError
 from planq.domain.redaction import Redactor, redact_secrets
+from planq.domain.spelling import closest
 
 logger = logging.getLogger("planq.settings")
 
@@ -48,10 +48,6 @@ _MAX_SHOWN = 80
 _warned_lock = threading.Lock()
 _warned_default_ledger = False
 _warned_unknown: set[str] = set()
-#: How close (difflib's ratio, names without `PLANQ_`) an unknown name must be to a setting's
-#: to be warned about as its misspelling: PLANQ_JOB_TIMOUT, not PLANQ_WORKER_QUEUES (compose's
-#: own knob) or a test harness's PLANQ_TEST_*.
-TYPO_CUTOFF = 0.75
 
 
 def _seconds(default: float | None, *, ge: float | None = None) -> Any:
@@ -237,9 +233,9 @@ def misspelt_settings(environ: Mapping[str, str]) -> dict[str, str]:
         upper = name.upper()
         if not upper.startswith("PLANQ_") or upper[6:] in fields:
             continue
-        close = difflib.get_close_matches(upper[6:], fields, n=1, cutoff=TYPO_CUTOFF)
+        close = closest(upper[6:], fields)  # names compared without `PLANQ_`
         if close:
-            found[name] = f"PLANQ_{close[0]}"
+            found[name] = f"PLANQ_{close}"
     return found
 
 

@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from planq.cli import services
-from planq.cli.api import assets, dashboard_pages, fragments, shell
+from planq.cli.api import assets, dashboard_pages, fragments, shell, workers
 from planq.cli.api.auth import require_read
 from planq.cli.api.dashboard_pages import ListQuery
 from planq.cli.api.models import FindingOut, RunSummaryOut
@@ -95,8 +95,8 @@ def stylesheet() -> Response:
     return Response(assets.CSS, media_type="text/css")
 
 
-def overview_sections() -> list[Section]:
-    """The overview: recoverable jobs, runs, findings, then the first page of each listing."""
+def overview_sections(request: Request) -> list[Section]:
+    """The overview: recoverable jobs, runs, findings, workers, then each listing's first page."""
     sections = [
         Section(key, title, f"/dashboard/fragments/{key}", render)
         for key, (title, render) in SECTIONS.items()
@@ -109,9 +109,10 @@ def overview_sections() -> list[Section]:
             placeholder='<p class="muted">Pick a run\'s findings above.</p>',
         )
     )
-    sections.append(dashboard_pages.failed_section(ListQuery(limit=FAILED_SHOWN)))
-    sections.append(dashboard_pages.plans_section(ListQuery(limit=PLANS_SHOWN)))
-    sections.append(dashboard_pages.jobs_section(ListQuery(limit=JOBS_SHOWN)))
+    sections.append(workers.workers_section(request))
+    sections.append(dashboard_pages.FAILED.section(ListQuery(limit=FAILED_SHOWN)))
+    sections.append(dashboard_pages.PLANS.section(ListQuery(limit=PLANS_SHOWN)))
+    sections.append(dashboard_pages.JOBS.section(ListQuery(limit=JOBS_SHOWN)))
     return sections
 
 
@@ -119,4 +120,4 @@ def overview_sections() -> list[Section]:
 @router.get("/dashboard")
 def overview(request: Request) -> HTMLResponse:
     """The dashboard's overview page."""
-    return shell.page(request, "planq dashboard", overview_sections(), "/dashboard")
+    return shell.page(request, "planq dashboard", overview_sections(request), "/dashboard")

@@ -1,10 +1,10 @@
 """The dashboard's listing and detail pages: plans, jobs, failed jobs; one plan, job or run.
 
 All GET, all reads: each page is the shell (shell.py) around sections whose fragments are
-served here behind the same read rule as the JSON API. Paging is by link (`after=` for jobs,
-`offset=` for plans, which their store pages by offset only), filters are GET forms, so the
-pages read with JavaScript off; the buttons on them post through the same guarded doors as
-the overview's.
+served here behind the same read rule as the JSON API. Paging is by link (`after=`, the
+stores' keyset cursor), filters are GET forms, so the pages read with JavaScript off; the
+buttons on them post through the same guarded doors as the overview's. The three listings
+(plans, jobs, failed jobs) are one ListingKind each: its section, fragment and page.
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ class ListQuery:
     status: str = ""
     phase: str = ""
     ident: str = ""
-    offset: int = 0
     after: str = ""
     limit: int = PAGE_ROWS
 
@@ -56,7 +55,6 @@ class ListQuery:
             "status": self.status,
             "phase": self.phase,
             "id": self.ident,
-            "offset": str(self.offset) if self.offset else "",
             "after": self.after,
             "limit": str(self.limit) if self.limit != PAGE_ROWS else "",
             **extra,
@@ -71,19 +69,18 @@ class ListQuery:
     @property
     def first(self) -> bool:
         """Whether this is the newest page."""
-        return not self.offset and not self.after
+        return not self.after
 
 
 def list_query(
     status: Annotated[str, Query(max_length=20)] = "",
     phase: Annotated[str, Query(max_length=20)] = "",
     ident: Annotated[str, Query(alias="id", max_length=40)] = "",
-    offset: Annotated[int, Query(ge=0, le=MAX_PAGE_WINDOW)] = 0,
     after: Annotated[str, Query(max_length=40)] = "",
     limit: Annotated[int, Query(ge=1, le=MAX_ROWS)] = PAGE_ROWS,
 ) -> ListQuery:
     """Dependency: the listing's query (values are checked where they are used)."""
-    return ListQuery(status.strip(), phase.strip(), ident.strip(), offset, after.strip(), limit)
+    return ListQuery(status.strip(), phase.strip(), ident.strip(), after.strip(), limit)
 
 
 Listed = Annotated[ListQuery, Depends(list_query)]
@@ -92,7 +89,7 @@ Listed = Annotated[ListQuery, Depends(list_query)]
 # -- what each section shows ----------------------------------------------------------------
 def plans_html(planq: Planq, q: ListQuery) -> str:
     """Plans newest first with their phases, the total and the older page's link."""
-    found = listing.plans(planq, q.limit, q.offset, q.status, q.phase, q.ident)
+    found = listing.plans(planq, q.limit, q.after or None, q.status, q.phase, q.ident)
     rows: list[tuple[PlanOut, dict[str, JobOut | None] | str]] = []
     for plan in found.rows:
         try:
@@ -176,60 +173,34 @@ def filter_form(action: str, q: ListQuery, statuses: tuple[str, ...] | None) -> 
     )
 
 
-def plans_section(q: ListQuery) -> Section:
-    """The plans box for q (the overview's or the Plans page's)."""
-    return Section(
-        "plans",
-        "Plans",
-        q.url("/dashboard/fragments/plans"),
-        lambda planq: plans_html(planq, q),
-        filter_form("/dashboard/plans", q, listing.PLAN_STATUSES),
-    )
+@dataclass(frozen=True)
+class ListingKind:
+    """One listing page's parts: its key (fragment and page path), title, rows and filters."""
+
+    key: str
+    title: str
+    render: Callable[[Planq, ListQuery], str]
+    statuses: tuple[str, ...] | None  #: the status filter's choices; None: the page fixes it
+
+    def section(self, q: ListQuery) -> Section:
+        """The listing's box for q (the overview's or its own page's)."""
+        return Section(
+            self.key,
+            self.title,
+            q.url(f"/dashboard/fragments/{self.key}"),
+            lambda planq: self.render(planq, q),
+            filter_form(f"/dashboard/{self.key}", q, self.statuses),
+        )
 
 
-def jobs_section(q: ListQuery) -> Section:
-    """The jobs box for q."""
-    return Section(
-        "jobs",
-        "Jobs",
-        q.url("/dashboard/fragments/jobs"),
-        lambda planq: jobs_html(planq, q),
-        filter_form("/dashboard/jobs", q, listing.JOB_STATUSES),
-    )
-
-
-def failed_section(q: ListQuery) -> Section:
-    """The failed-jobs box for q."""
-    return Section(
-        "failed",
-        "Failed jobs",
-        q.url("/dashboard/fragments/failed"),
-        lambda planq: failed_html(planq, q),
-        filter_form("/dashboard/failed", q, None),
-    )
+PLANS = ListingKind("plans", "Plans", plans_html, listing.PLAN_STATUSES)
+JOBS = ListingKind("jobs", "Jobs", jobs_html, listing.JOB_STATUSES)
+FAILED = ListingKind("failed", "Failed jobs", failed_html, None)
 
 
 # -- fragments --------------------------------------------------------------------------------
 def _fragment(planq: Planq, render: Callable[[Planq], str]) -> HTMLResponse:
     return html(render(planq))
-
-
-@router.get("/dashboard/fragments/plans", dependencies=READ)
-def plans_fragment(planq: Session, q: Listed) -> HTMLResponse:
-    """One page of plans."""
-    return _fragment(planq, lambda p: plans_html(p, q))
-
-
-@router.get("/dashboard/fragments/jobs", dependencies=READ)
-def jobs_fragment(planq: Session, q: Listed) -> HTMLResponse:
-    """One page of jobs."""
-    return _fragment(planq, lambda p: jobs_html(p, q))
-
-
-@router.get("/dashboard/fragments/failed", dependencies=READ)
-def failed_fragment(planq: Session, q: Listed) -> HTMLResponse:
-    """One page of failed jobs."""
-    return _fragment(planq, lambda p: failed_html(p, q))
 
 
 @router.get("/dashboard/fragments/plan/{plan_id}", dependencies=READ)
@@ -254,22 +225,26 @@ def run_fragment(
 
 
 # -- pages ------------------------------------------------------------------------------------
-@router.get("/dashboard/plans")
-def plans_page(request: Request, q: Listed) -> HTMLResponse:
-    """Every plan, paged, filtered by status and phase, or found by id."""
-    return page(request, "Plans · planq", [plans_section(q)], "/dashboard/plans")
+def route_listing(kind: ListingKind) -> None:
+    """The listing's page (`/dashboard/<key>`) and its fragment, both GET."""
+
+    def fragment(planq: Session, q: Listed) -> HTMLResponse:
+        return html(kind.render(planq, q))
+
+    def full_page(request: Request, q: Listed) -> HTMLResponse:
+        path = f"/dashboard/{kind.key}"
+        return page(request, f"{kind.title} · planq", [kind.section(q)], path)
+
+    fragment.__doc__ = f"One page of {kind.title.lower()}."
+    full_page.__doc__ = f"{kind.title}, newest first, paged by key, filtered, or found by id."
+    router.add_api_route(
+        f"/dashboard/fragments/{kind.key}", fragment, methods=["GET"], dependencies=READ
+    )
+    router.add_api_route(f"/dashboard/{kind.key}", full_page, methods=["GET"])
 
 
-@router.get("/dashboard/jobs")
-def jobs_page(request: Request, q: Listed) -> HTMLResponse:
-    """Every job, paged by key, filtered by status and phase, or found by id."""
-    return page(request, "Jobs · planq", [jobs_section(q)], "/dashboard/jobs")
-
-
-@router.get("/dashboard/failed")
-def failed_page(request: Request, q: Listed) -> HTMLResponse:
-    """Failed jobs, newest first, with their errors."""
-    return page(request, "Failed jobs · planq", [failed_section(q)], "/dashboard/failed")
+for _kind in (PLANS, JOBS, FAILED):
+    route_listing(_kind)
 
 
 @router.get("/dashboard/plans/{plan_id}")

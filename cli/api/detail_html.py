@@ -43,11 +43,8 @@ TIME_FIELDS = frozenset(
 
 def pager(listing: Listing, page: str, what: str, first: bool) -> str:
     """'20 of 41 plans' (or 'more than 10,000'), what a filter looked through, newer/older links."""
-    count = len(listing.rows)
-    span = str(count)
-    if listing.offset and count:
-        span = f"{listing.offset + 1}-{listing.offset + count}"
-    shown = f"{span} of {listing.total} {what}" if listing.total else f"{count} {what}"
+    count = f"{len(listing.rows)} older" if listing.later else str(len(listing.rows))
+    shown = f"{count} of {listing.total} {what}" if listing.total else f"{count} {what}"
     parts = [
         f'<span class="shown">{escape(shown)}</span> <span class="muted">(newest first)</span>'
     ]

@@ -1,7 +1,7 @@
 """The dashboard's listings: one page of plans or jobs, filtered, with its total and next page.
 
-The stores filter jobs by status (and count them, bounded: "more than 10,000") and page them
-by key (`after=`); plans they page by offset only and filter by nothing. A filter a store
+The stores page jobs and plans by key (`after=`, store/keyset.py) and count them, bounded
+("more than 10,000"); they filter jobs by status and plans by nothing. A filter a store
 does not have (a job's phase, a plan's status or phase) is applied here while walking the
 store's pages, newest first, and stops after SCAN_CAP rows: such a page says how far it
 looked instead of a total, so the dashboard never claims a count it did not make.
@@ -9,12 +9,12 @@ looked instead of a total, so the dashboard never claims a count it did not make
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from planq.cli import services
 from planq.cli.context import Planq
-from planq.cli.limits import MAX_PAGE_WINDOW
 from planq.cli.output import BadInput
 
 #: The most rows one filtered page walks through before it stops and offers "older".
@@ -37,8 +37,8 @@ class Listing:
     #: What a scanned (uncounted) page looked through, said under the table.
     note: str = ""
     query: dict[str, str] = field(default_factory=dict)
-    #: Rows before this page when known (offset paging), so it can say "21-40 of 61".
-    offset: int | None = None
+    #: Whether this page starts after a cursor (an older page: "50 older of 75").
+    later: bool = False
 
 
 def choice(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
@@ -101,49 +101,32 @@ def jobs_for_id(planq: Planq, ident: str) -> list[Any]:
 def plans(
     planq: Planq,
     limit: int,
-    offset: int = 0,
+    after: str | None = None,
     status: str | None = None,
     phase: str | None = None,
     ident: str | None = None,
 ) -> Listing:
-    """Plans newest first: by id, by offset with the bounded total, or walked with a filter."""
+    """Plans newest first: by id, keyset pages with the store's bounded total, or walked."""
     status = choice("status", status, PLAN_STATUSES)
     phase = choice("phase", phase, PHASES)
     query = {k: v for k, v in (("status", status), ("phase", phase)) if v}
     if ident and ident.strip():
         plan = plan_for_id(planq, ident)
-        keep = all(
-            want is None or got == want
-            for want, got in ((status, _status_of(plan)), (phase, _phase_of(plan)))
-        )
+        keep = status in (None, _status_of(plan)) and phase in (None, _phase_of(plan))
         return Listing([plan] if keep else [], "1" if keep else "0", query=query)
     if status is None and phase is None:
-        page = services.plan_page(planq, limit, offset)
-        end = offset + len(page.rows)
-        more = end < page.total or page.lower_bound
-        older = {"offset": str(end)} if more and end + limit <= MAX_PAGE_WINDOW else None
-        return Listing(page.rows, page.total_text(), older, query=query, offset=offset)
-    rows: list[Any] = []
-    at = offset
-    exhausted = False
-    while len(rows) < limit and at - offset < SCAN_CAP:
-        size = min(BATCH, MAX_PAGE_WINDOW - at)
-        if size < 1:
-            exhausted = True  # the window's end: offsets past it are not paged
-            break
-        batch = services.recent_plans(planq, size, at)
-        for plan in batch:
-            at += 1
-            if status in (None, _status_of(plan)) and phase in (None, _phase_of(plan)):
-                rows.append(plan)
-                if len(rows) == limit:
-                    break
-        if len(batch) < size and len(rows) < limit:
-            exhausted = True
-            break
-    older = None if exhausted or at + limit > MAX_PAGE_WINDOW else {**query, "offset": str(at)}
-    note = f"filtered while reading plans {offset + 1:,}-{at:,} (newest first); not counted"
-    return Listing(rows, "", older, note, query)
+        page = services.plan_page(planq, limit, after=after)
+        older = {"after": page.next_after} if page.next_after else None
+        return Listing(page.rows, page.total_text(), older, query=query, later=bool(after))
+    walked = _walk(
+        lambda cursor: services.recent_plans(planq, BATCH, after=cursor),
+        lambda plan: status in (None, _status_of(plan)) and phase in (None, _phase_of(plan)),
+        "plan_id",
+        after,
+        limit,
+    )
+    note = f"filtered while reading {walked.scanned:,} plans (newest first); not counted"
+    return replace(walked.listing(query, note), later=bool(after))
 
 
 def jobs(
@@ -168,24 +151,57 @@ def jobs(
     if phase is None:
         page = services.job_page(planq, status, None, limit, after=after)
         older = {**query, "after": page.next_after} if page.next_after else None
-        return Listing(page.rows, page.total_text(), older, query=query)
+        return Listing(page.rows, page.total_text(), older, query=query, later=bool(after))
+    walked = _walk(
+        lambda cursor: services.list_jobs(planq, status, None, BATCH, after=cursor),
+        lambda job: _phase_of(job) == phase,
+        "job_id",
+        after,
+        limit,
+    )
+    kind = f"{status} jobs" if status else "jobs"
+    note = f"phase filtered while reading {walked.scanned:,} {kind} (newest first); not counted"
+    return replace(walked.listing(query, note), later=bool(after))
+
+
+@dataclass
+class _Walked:
+    """What a filtered walk found: the rows, where it stopped and how far it read."""
+
+    rows: list[Any]
+    cursor: str | None
+    scanned: int
+    exhausted: bool
+
+    def listing(self, query: dict[str, str], note: str) -> Listing:
+        """The page: no total (not counted), an older link unless the rows ran out."""
+        older = None if self.exhausted or self.cursor is None else {**query, "after": self.cursor}
+        return Listing(self.rows, "", older, note, query)
+
+
+def _walk(
+    fetch: Callable[[str | None], list[Any]],
+    keep: Callable[[Any], bool],
+    id_name: str,
+    after: str | None,
+    limit: int,
+) -> _Walked:
+    """Read keyset pages of BATCH rows from after, keeping rows keep() accepts, up to limit.
+
+    It stops after SCAN_CAP rows read, so a filter that matches nothing costs a bounded read.
+    """
     rows: list[Any] = []
     cursor = after
     scanned = 0
-    exhausted = False
     while len(rows) < limit and scanned < SCAN_CAP:
-        batch = services.list_jobs(planq, status, None, BATCH, after=cursor)
-        for job in batch:
+        batch = fetch(cursor)
+        for row in batch:
             scanned += 1
-            cursor = job.job_id
-            if _phase_of(job) == phase:
-                rows.append(job)
+            cursor = str(getattr(row, id_name))
+            if keep(row):
+                rows.append(row)
                 if len(rows) == limit:
                     break
         if len(batch) < BATCH and len(rows) < limit:
-            exhausted = True
-            break
-    older = None if exhausted or cursor is None else {**query, "after": cursor}
-    kind = f"{status} jobs" if status else "jobs"
-    note = f"phase filtered while reading {scanned:,} {kind} (newest first); not counted"
-    return Listing(rows, "", older, note, query)
+            return _Walked(rows, cursor, scanned, exhausted=True)
+    return _Walked(rows, cursor, scanned, exhausted=False)

@@ -292,13 +292,14 @@ class PlanDetail(PlanOut):
 
 
 class PlansPage(BaseModel):
-    """Plans, newest first, and how many (counted to 10,000 at most)."""
+    """Plans, newest first, how many (counted to 10,000 at most) and the next page's cursor."""
 
     plans: list[PlanOut]
     limit: int
     offset: int
     total: int
     total_is_lower_bound: bool = False
+    next_after: str | None = None
 
 
 class JobsPage(BaseModel):

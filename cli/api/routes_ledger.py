@@ -52,15 +52,26 @@ def plan_detail(planq: Planq, plan_id: str) -> PlanDetail:
 
 
 @router.get("/plans", dependencies=READ)
-def list_plans(planq: Session, limit: Limit = 50, offset: Offset = 0) -> PlansPage:
-    """Plans, newest first, with a bounded total (total_is_lower_bound past 10,000)."""
-    page = services.plan_page(planq, min(limit, MAX_PAGE), offset)
+def list_plans(
+    planq: Session,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    after: Annotated[
+        str | None, Query(description="A plan id: the page after it (next_after of a page).")
+    ] = None,
+) -> PlansPage:
+    """Plans, newest first, paged by `after`, with a bounded total.
+
+    The total is counted to 10,000 at most (`total_is_lower_bound` beyond).
+    """
+    page = services.plan_page(planq, min(limit, MAX_PAGE), offset, after)
     return PlansPage(
         plans=[PlanOut.of(p) for p in page.rows],
         limit=page.limit,
         offset=offset,
         total=page.total,
         total_is_lower_bound=page.lower_bound,
+        next_after=page.next_after,
     )
 
 

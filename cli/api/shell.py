@@ -28,6 +28,7 @@ NAV = (
     ("/dashboard/plans", "Plans"),
     ("/dashboard/jobs", "Jobs"),
     ("/dashboard/failed", "Failed jobs"),
+    ("/dashboard/workers", "Workers"),
 )
 
 

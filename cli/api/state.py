@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import Request
 
+from planq.cli.api.celery_view import CeleryAsker
 from planq.cli.api.csrf import CsrfTokens
 from planq.cli.context import Planq
 
@@ -30,6 +31,7 @@ class ApiState:
         # redact with the session's one redactor, as a worker's do.
         install_redacting_filter(logging.getLogger(), session.redactor)
         self.csrf = CsrfTokens()  # one secret per API process: its pages' tokens
+        self.celery = CeleryAsker()  # the Workers section's bounded, shared broadcast
 
     def ready(self) -> Planq:
         """The session with its runtime built (raises what building it raised)."""

@@ -176,7 +176,11 @@ class RunStoreProvider(Protocol):
 
 @runtime_checkable
 class RecoverableJobHandler(Protocol):
-    """A long scan. May also define count_total() -> int | None and progress_kind()."""
+    """A long scan. May also define count_total() -> int | None and progress_kind().
+
+    It may also declare `params`, the arg keys it reads: a trigger with any other key is then
+    refused with a "did you mean" (a misspelt key would otherwise be ignored silently).
+    """
 
     @property
     def name(self) -> str:

@@ -111,7 +111,8 @@ def test_pages_read_as_a_person_sees_them(api: ApiServer, browser: Browser, tmp_
 
     follow(browser, "#plans a.older", "the second page of plans")
     second = visible_text(browser, "#plans")
-    assert "21-70 of 75 plans" in second and "seeded-54" in second and "seeded-74" not in second
+    assert "50 older of 75 plans" in second and "seeded-54" in second and "seeded-74" not in second
+    assert "after=" in browser.evaluate("location.search")  # paged by key
     browser.screenshot(tmp_path / "plans-page-2.png")
 
     loaded(browser, api.url + "/dashboard/failed")

@@ -428,6 +428,9 @@ def test_bad_input_is_422_and_writes_nothing(
             ("POST", f"{ADMIN}/trigger", {"json": {"args": {"batch_size": 5}}}),
             ("POST", f"{ADMIN}/trigger", {"json": {"args": {"batch_size": "0"}}}),
             ("POST", f"{ADMIN}/trigger", {"json": {"args": "batch_size=5"}}),
+            ("POST", f"{ADMIN}/trigger", {"json": {"args": {"batch_sise": "5"}}}),
+            ("GET", "/api/ledger/plans?after=xyz", {}),
+            ("GET", f"/api/ledger/plans?after={new_id()}", {}),
             ("POST", f"{ADMIN}/trigger", {"json": {"arguments": {}}}),
             ("GET", f"{ADMIN}/runs?limit=0", {}),
             ("GET", f"{ADMIN}/runs/not-a-ulid", {}),
@@ -441,6 +444,8 @@ def test_bad_input_is_422_and_writes_nothing(
             assert response.json()["error"] == "bad_input"
             no_traceback(response)
         assert (counts(db), queued_messages(redis_url)) == before
+        typo = api.post(f"{ADMIN}/trigger", json={"args": {"batch_sise": "5"}}).json()["message"]
+        assert "did you mean batch_size?" in typo
         for path in ("/api/admin/jobs/nope/runs", "/api/ledger/plans/" + new_id()):
             missing = api.get(path)
             assert missing.status_code == 404 and missing.json()["error"] == "not_found"
@@ -545,3 +550,10 @@ def test_jobs_listing_newest_first_by_key_with_unreadable_rows_named(
     assert unknown.status_code == 422 and "after" in unknown.json()["message"]
     plans = api.get("/api/ledger/plans", params={"limit": 1}).json()
     assert (plans["total"], plans["total_is_lower_bound"]) == (7, False)
+    every = [p["plan_id"] for p in api.get("/api/ledger/plans").json()["plans"]]
+    after = plans["next_after"]
+    assert after == every[0]  # a full page names its cursor
+    keyed = api.get("/api/ledger/plans", params={"limit": 4, "after": after}).json()
+    assert [p["plan_id"] for p in keyed["plans"]] == every[1:5] and keyed["total"] == 7
+    last = api.get("/api/ledger/plans", params={"limit": 4, "after": every[4]}).json()
+    assert [p["plan_id"] for p in last["plans"]] == every[5:] and last["next_after"] is None

@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -239,8 +239,15 @@ def test_plans_list_is_newest_first_and_says_how_many(env: dict[str, str], ledge
     assert [p["plan_id"] for p in rest["plans"]] == [first.plan_id] and rest["total"] == 3
     table = ok("plans", "list", "--limit", 2).stdout
     assert table.index(third.plan_id) < table.index(second.plan_id)
-    assert first.plan_id not in table and "showing 2 of 3 (newest first)" in table
+    assert first.plan_id not in table and "showing 2 of 3 (newest first; next page" in table
     assert "showing 3-3 of 3" in ok("plans", "list", "--limit", 2, "--offset", 2).stdout
+    assert page["next_after"] == second.plan_id and "--after" in table  # the keyset cursor
+    newer = ledger.plan(name="four")  # added meanwhile: the next page by key is unchanged
+    keyed = ok_json("plans", "list", "--limit", 2, "--after", page["next_after"])
+    assert [p["plan_id"] for p in keyed["plans"]] == [first.plan_id]
+    assert (keyed["next_after"], keyed["total"]) == (None, 4) and newer.plan_id
+    gone = ok_json("plans", "list", "--after", page["next_after"].lower())  # ids fold case
+    assert [p["plan_id"] for p in gone["plans"]] == [first.plan_id]
 
 
 def test_plans_create_refuses_an_empty_step(env: dict[str, str], ledger: Ledger) -> None:
@@ -724,6 +731,17 @@ def test_runs_trigger_sends_the_task(
     redis.Redis.from_url(REDIS_TEST_URL).delete(slot_key("ledger_consistency"))
 
 
+def test_runs_trigger_refuses_a_misspelt_arg_naming_the_one_meant(
+    env: dict[str, str], ledger: Ledger, published: list[Sent]
+) -> None:
+    line = fails(2, "runs", "trigger", "ledger_consistency", "--arg", "batch_sise=50")
+    assert "'batch_sise' is not one ledger_consistency takes; did you mean batch_size?" in line
+    assert "(it takes: batch_delay, batch_size, checkpoint_rows, checkpoint_seconds)" in line
+    far = fails(2, "runs", "trigger", "ledger_consistency", "--arg", "colour=red")
+    assert "'colour' is not one" in far and "did you mean" not in far  # nothing close
+    assert published == [] and ledger.runs.list_runs("ledger_consistency", limit=5) == []
+
+
 def test_runs_trigger_of_an_unknown_name_lists_the_known_ones(
     env: dict[str, str], ledger: Ledger, published: list[Sent]
 ) -> None:
@@ -741,11 +759,21 @@ def test_schedule_lists_maintenance_and_recoverable_jobs(
     ledger.running(heartbeat_age=3600)
     run_id = ledger.run("ledger_consistency")
 
+    before = {r["task"]: r for r in ok_json("schedule")}["planq.maintenance.detect_stuck_jobs"]
+    assert (before["last_outcome"], before["last_run_at"]) == ("never run", None)
+    swept = ledger.jobs.sight_ledger("jobs", 90.0)  # what each stuck sweep records first
+
     rows = {r["task"]: r for r in ok_json("schedule")}
     assert set(rows) >= MAINTENANCE
     stuck = rows["planq.maintenance.detect_stuck_jobs"]
-    assert (stuck["every_seconds"], stuck["last_outcome"], stuck["waiting"]) == (45.0, "n/a", 1)
-    assert rows["planq.maintenance.cleanup_expired_jobs"]["last_outcome"] == "n/a"
+    assert (stuck["every_seconds"], stuck["last_outcome"], stuck["waiting"]) == (45.0, "ran", 1)
+    assert datetime.fromisoformat(stuck["last_run_at"]) == swept.now  # the sweep's own time
+    cleanup = rows["planq.maintenance.cleanup_expired_jobs"]
+    assert (cleanup["last_outcome"], cleanup["note"]) == (
+        "not recorded",
+        "its runs are not recorded",
+    )
+    assert "n/a" not in json.dumps(list(rows.values()))
     scan = rows["planq.runs.ledger_consistency"]
     assert (scan["kind"], scan["every_seconds"], scan["last_outcome"]) == (
         "recoverable",
@@ -758,7 +786,7 @@ def test_schedule_lists_maintenance_and_recoverable_jobs(
     table = ok("schedule").stdout
     for task in MAINTENANCE:
         assert task in table
-    assert "every 45s" in table and "Completed at" in table
+    assert "every 45s" in table and "Completed at" in table and "ran at" in table
 
 
 # -- settings, services, db ------------------------------------------------------------------

@@ -183,6 +183,8 @@ def test_every_bad_input_is_exit_2_one_line_and_writes_nothing(
         (["plans", "create", "--steps", "a", "--name", "x" * 201], "at most 200 characters"),
         (["plans", "create", "--steps", "a", "--name", "a\x00b"], "NUL"),
         (["runs", "trigger", "scan\x00"], "NUL"),
+        (["plans", "list", "--after", "nope"], "--after"),
+        (["plans", "list", "--after", "01" + "A" * 24], "no plan with id"),
     ],
 )
 def test_the_issues_examples_name_what_is_wrong(

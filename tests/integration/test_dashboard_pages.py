@@ -84,16 +84,20 @@ def test_overview_pages_past_the_first_page_with_totals(
     assert re.search(r'<span id="clock"[^>]*>[0-9: -]+ UTC</span>', page.text)
 
     second = client.get(older_link(page.text, "/dashboard/plans"))
-    assert "21-70 of 75 plans" in text_of(second.text)
+    assert "after=" in older_link(page.text, "/dashboard/plans")  # keyset, not offset
+    assert "50 older of 75 plans" in text_of(second.text)
     third = client.get(older_link(second.text, "/dashboard/plans"))
-    assert "71-75 of 75 plans" in text_of(third.text)
+    assert "5 older of 75 plans" in text_of(third.text)
     assert 'class="nav older"' not in third.text and "« newest" in third.text
+    pages = [ids(p.text, "plan") for p in (page, second, third)]
+    every = [plan for found in pages for plan in found]
+    assert len(set(every)) == len(every) == 75  # each plan once, none skipped
 
     first = client.get("/dashboard/jobs")
     rest = client.get(older_link(first.text, "/dashboard/jobs"))
     seen = ids(first.text, "job") + ids(rest.text, "job")
     assert len(ids(first.text, "job")) == 50 and len(set(seen)) == len(seen) == 75
-    assert "25 of 75 jobs" in text_of(rest.text)
+    assert "25 older of 75 jobs" in text_of(rest.text)
 
 
 def test_failed_jobs_show_their_error_in_the_row_newest_first(

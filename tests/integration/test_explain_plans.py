@@ -5,8 +5,8 @@ a busy fleet has (3,000 queued, 300 running, the rest ended: 2 % failed, 1 % can
 a plan per three jobs, and FINDINGS findings over a few runs; then ANALYZE. Every statement
 is planq's own: an engine listener records what each store method sends, and each is
 EXPLAINed (FORMAT JSON, not ANALYZE: nothing timed, nothing run twice). A Seq Scan of
-async_jobs or run_findings, or a Sort above one, is a statement whose cost grows with the
-ledger (issue 23); the failure names the operation and its plan.
+async_jobs, run_findings or plans, or a Sort above one, is a statement whose cost grows with
+the ledger (issue 23); the failure names the operation and its plan.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from tests.support import create_pg_database, drop_pg_database
 JOBS = 200_000
 QUEUED, RUNNING = 3_000, 300
 FINDINGS = 100_000
-BIG = {"async_jobs", "run_findings"}
+BIG = {"async_jobs", "run_findings", "plans"}
 WORKER = "w@h/1"
 
 FILL_PLANS = """
@@ -212,6 +212,7 @@ def operations(db: Database) -> dict[str, Callable[[], object]]:
         "count queued capped": lambda: jobs.count(AsyncJobStatus.queued, at_most=10_001),
         "count of a plan": lambda: jobs.count(plan_id=_id(JOBS // 6)),
         "plans list": lambda: plans.list_recent(),
+        "plans list after a cursor": lambda: plans.list_recent(after=_id(JOBS // 6)),
         "plans count capped": lambda: plans.count(at_most=10_001),
         "stuck sweep": lambda: jobs.list_stuck(now - timedelta(minutes=5)),
         "relay": lambda: jobs.list_dispatch_due(

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from planq.domain.availability import JOB_SWEEP
+from planq.domain.availability import JOB_SWEEP, RUN_SWEEP
 from planq.domain.clock import utcnow
 from planq.domain.errors import DuplicateJobError
 from planq.domain.ids import new_id
@@ -355,3 +355,16 @@ def test_stuck_detection_waits_out_a_ledger_restart(
     # a job_timeout shorter than the ledger's uptime: now the stale heartbeat counts
     timeout = 60.0 if up_since is None else (utcnow() - up_since).total_seconds() / 2
     assert [j.job_id for j in ledger.expire_stuck(timeout)] == [job.job_id]
+
+
+def test_last_sighting_is_the_sweeps_own_last_time(stores: tuple[JobStore, PlanStore]) -> None:
+    """What `planq schedule` shows as the stuck sweep's last run."""
+    jobs, _ = stores
+    assert jobs.last_sighting(JOB_SWEEP) is None  # never swept
+    first = jobs.sight_ledger(JOB_SWEEP, 60.0)
+    assert jobs.last_sighting(JOB_SWEEP) == first.now
+    second = jobs.sight_ledger(JOB_SWEEP, 60.0)
+    assert jobs.last_sighting(JOB_SWEEP) == second.now >= first.now
+    assert jobs.last_sighting(RUN_SWEEP) is None  # each sweep kind its own row
+    with pytest.raises(ValueError, match="sweep must be one of"):
+        jobs.last_sighting("nope")

@@ -60,6 +60,26 @@ def test_plans_page_newest_first_with_the_total(plans: PlanStore) -> None:
     assert [p.plan_id for p in plans.list_all()] == [p.plan_id for p in made]  # unchanged
 
 
+def test_plans_page_by_key(plans: PlanStore) -> None:
+    made = _plans(plans, 7)
+    newest = [p.plan_id for p in reversed(made)]
+    pages, after = [], None
+    while True:  # walk the whole listing three rows at a time by its cursor
+        page = plans.list_recent(3, after=after)
+        if not page:
+            break
+        pages.append([p.plan_id for p in page])
+        after = page[-1].plan_id
+    assert pages == [newest[0:3], newest[3:6], newest[6:]]
+    assert [p.plan_id for p in plans.list_recent(2, after=newest[1].lower())] == newest[2:4]
+    assert [p.plan_id for p in plans.list_recent(1, 1, newest[0])] == [newest[2]]
+    newer = Plan.with_steps(["a"], name="newer")  # a plan added meanwhile shifts no page
+    plans.add(newer)
+    assert [p.plan_id for p in plans.list_recent(3, after=newest[2])] == newest[3:6]
+    assert plans.remove(newest[2])
+    assert plans.list_recent(3, after=newest[2]) == []  # the cursor's row is gone
+
+
 def test_jobs_page_and_count_share_one_filter(jobs: JobStore, plans: PlanStore) -> None:
     first, second = _plans(plans, 2)
     q, r, f = AsyncJobStatus.queued, AsyncJobStatus.running, AsyncJobStatus.failed

@@ -7,6 +7,7 @@ Celery and Flower command-line options, PlanqSettings' fields and defaults, the 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -34,6 +35,7 @@ ENV_EXAMPLE = ROOT / ".env.example"
 
 SERVICES = {"redis", "postgres", "migrate", "worker", "beat", "flower", "api"}
 PLANQ_SERVICES = {"migrate", "worker", "beat", "flower", "api"}
+PLANQ_PHASES = ("strategize", "execute", "apply")
 #: Settings only `planq api` reads: the other services are not given its token.
 API_ONLY = {"PLANQ_API_TOKEN", "PLANQ_API_OPEN_READS", "PLANQ_FLOWER_URL"}
 #: Read by compose itself (the worker's command line), never by planq's settings.
@@ -366,7 +368,7 @@ def test_dockerfile_installs_the_package_without_dev_deps_as_a_non_root_user() -
     lines = [x for x in lines if x and not x.startswith("#")]
     dockerfile = "\n".join(lines)  # the instructions, without comments
     assert lines[0] == "FROM python:3.11-slim"
-    assert re.search(r"pip install \.(\s|$)", dockerfile) and "[dev]" not in dockerfile
+    assert re.search(r"pip install --no-deps \.(\s|$)", dockerfile) and "[dev]" not in dockerfile
     users = [x.split()[1] for x in lines if x.startswith("USER ")]
     assert users and users[-1] not in {"root", "0"}
     assert "/var/lib/planq/beat" in dockerfile  # the beat volume's mount point, owned by it
@@ -376,6 +378,22 @@ def test_dockerfile_installs_the_package_without_dev_deps_as_a_non_root_user() -
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".env", ".venv", ".git", "tests"} <= ignored
     assert not {"README.md", "pyproject.toml"} & ignored  # pip install . needs them
+
+
+def test_the_dependencies_are_a_layer_of_their_own_before_the_source() -> None:
+    """A code change rebuilds only the last layers, not the dependencies.
+
+    They come from pyproject.toml alone, installed before any source is copied; the source
+    then installs without them.
+    """
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")  # continued lines joined
+    steps = [x.strip() for x in text.splitlines() if x.startswith(("COPY ", "RUN "))]
+    copies = [i for i, x in enumerate(steps) if x.startswith("COPY ")]
+    first_source = next(i for i in copies if steps[i] != "COPY pyproject.toml ./")
+    assert steps[copies[0]] == "COPY pyproject.toml ./" and copies[0] < first_source
+    deps = [x for x in steps[copies[0] : first_source] if "pip install -r" in x]
+    assert deps and "['project']['dependencies']" in deps[0]  # read from pyproject.toml
+    assert all("pip install" not in x or "--no-deps" in x for x in steps[first_source:])
 
 
 def test_the_image_gets_the_redis_transport_dependencies() -> None:
@@ -392,3 +410,51 @@ def test_the_image_gets_the_redis_transport_dependencies() -> None:
     if pip:
         installed += [Requirement(r) for r in shlex.split(pip["extra"])]
     assert any(r.name in {"kombu", "celery"} and "redis" in r.extras for r in installed)
+
+
+# -- the README's Docker section ----------------------------------------------------------------
+def readme_docker_section() -> str:
+    """README.md's "Fleet with docker compose" section."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Fleet with docker compose")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def readme_blocks(lang: str) -> list[str]:
+    """The section's fenced blocks in lang."""
+    return re.findall(rf"^```{lang}\n(.*?)^```", readme_docker_section(), re.S | re.M)
+
+
+def test_the_readme_counts_and_names_the_services_of_the_compose_file(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    words = {5: "five", 7: "seven"}
+    first = readme_docker_section().split("\n\n")[1]  # the paragraph that describes the file
+    assert f"{words[len(services)]} services" in first
+    planq = {name for name, s in services.items() if s.get("image") == "planq:latest"}
+    assert planq == PLANQ_SERVICES and f"{words[len(planq)]} planq services" in first
+    for name in services:
+        assert re.search(rf"\b{name}\b", first, re.I), f"{name} is not named in the README"
+
+
+def test_the_readme_overrides_merge_onto_the_compose_services(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    mounted, derived = (yaml.safe_load(block) for block in readme_blocks("yaml"))
+    worker = mounted["services"]["worker"]
+    assert set(mounted["services"]) == {"worker"}  # only workers run executors
+    (mount,) = worker["volumes"]
+    source, target, mode = mount.split(":")
+    assert worker["environment"]["PYTHONPATH"] == target and mode == "ro"
+    executors = json.loads(worker["environment"]["PLANQ_EXECUTORS"])
+    assert "executors" in PlanqSettings.model_fields and set(executors) <= set(PLANQ_PHASES)
+    assert all(ref.partition(":")[0] == "myjobs" for ref in executors.values())
+    assert source.startswith("./")  # relative to the compose file
+    assert set(derived["services"]) == PLANQ_SERVICES  # every planq service on the image
+    assert all(s["image"] != "planq:latest" and s["build"] for s in derived["services"].values())
+    (dockerfile,) = readme_blocks("dockerfile")
+    assert dockerfile.startswith("# myjobs/Dockerfile") and "FROM planq:latest" in dockerfile
+    assert dockerfile.strip().splitlines()[-1] == "USER planq"  # back to the non-root user
+    (pyproject,) = readme_blocks("toml")
+    entry_points = tomllib.loads(pyproject)["project"]["entry-points"]["planq.executors"]
+    assert set(entry_points) <= set(PLANQ_PHASES) and entry_points == executors
