@@ -166,9 +166,7 @@ class SqlJobStore(CheckedJobStore):
         """
         stmt = select(J).where(*self._filter(status, plan_id))
         if after is not None:
-            stmt = stmt.where(
-                past_cursor(J, "created_at", "job_id", after, descending=True)
-            )
+            stmt = stmt.where(past_cursor(J, "created_at", "job_id", after, descending=True))
         stmt = stmt.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
             return [to_listed(r) for r in s.scalars(stmt)]
