@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from planq.store.database import Database, make_engine
 from planq.store.memory import InMemoryJobStore, InMemoryPlanStore, in_memory_ledger
+from planq.store.partitions import prepare_partitions
 from planq.store.runs_memory import InMemoryRunStoreProvider
 from planq.store.runs_sql import SqlRunStoreProvider
 from planq.store.sql_jobs import SqlJobStore
@@ -25,5 +26,6 @@ __all__ = [
     "SqlRunStoreProvider",
     "in_memory_ledger",
     "make_engine",
+    "prepare_partitions",
     "sql_ledger",
 ]

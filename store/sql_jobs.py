@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import String, and_, delete, func, literal, or_, select, tuple_, update
+from sqlalchemy import String, and_, delete, func, literal, or_, select, text, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 
@@ -20,6 +20,7 @@ from planq.store.availability import sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
 from planq.store.models import TERMINAL, AsyncJobModel
+from planq.store.partitions import drop_expired_partitions, is_partitioned
 from planq.store.sql_hot_path import (
     pg_claim,
     pg_finish,
@@ -28,6 +29,10 @@ from planq.store.sql_hot_path import (
     sqlite_finish,
     sqlite_queue,
 )
+
+#: The retry's lock: namespaced two-key advisory lock, released at commit.
+_RETRY_LOCK = text("SELECT pg_advisory_xact_lock(23, hashtext(:retry_of))")
+_RETRY_TAKEN = text("SELECT EXISTS (SELECT 1 FROM async_jobs WHERE retry_of = :retry_of)")
 
 
 class _Refused(Exception):
@@ -92,8 +97,18 @@ class SqlJobStore(CheckedJobStore):
 
     # -- plain CRUD ------------------------------------------------------------------
     def _add(self, job: AsyncJob) -> None:
-        """INSERT; a duplicate id or a second retry of one job is a DuplicateJobError."""
+        """INSERT; a duplicate id or a second retry of one job is a DuplicateJobError.
+
+        On PostgreSQL the partitioned table can hold no unique index on retry_of alone, so
+        a retry's insert first takes a transaction-scoped lock on the job it retries, then
+        looks for an earlier retry: two sweepers retrying one job are serialised, and the
+        second (reading after the first committed) finds the first's row.
+        """
         with self.db.session() as s:
+            if job.retry_of is not None and self._pg:
+                s.execute(_RETRY_LOCK, {"retry_of": job.retry_of})
+                if s.execute(_RETRY_TAKEN, {"retry_of": job.retry_of}).scalar():
+                    raise DuplicateJobError(job.job_id)
             try:
                 with s.begin_nested():
                     s.add(J(**to_values(job)))
@@ -187,6 +202,11 @@ class SqlJobStore(CheckedJobStore):
     @property
     def _pg(self) -> bool:
         return self.db.dialect == "postgresql"
+
+    @property
+    def _partitioned(self) -> bool:
+        with self.db.engine.connect() as conn:
+            return is_partitioned(conn)
 
     def _queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """QUEUE: every plan into its phase and every job row, all or nothing."""
@@ -339,8 +359,13 @@ class SqlJobStore(CheckedJobStore):
         )
 
     def _delete_terminal_before(self, cutoff: datetime, batch_size: int) -> int:
-        """TTL: DELETE terminal rows finished before cutoff, batch by batch (short locks)."""
-        total = 0
+        """TTL: drop expired partitions (PostgreSQL), then DELETE the rest batch by batch.
+
+        A partition whose rows all ended before cutoff goes whole (store/partitions.py);
+        the terminal rows left (in partitions that still hold a live or recent row, in
+        the DEFAULT partition, or on SQLite everywhere) are deleted in short batches.
+        """
+        total = drop_expired_partitions(self.db.engine, cutoff) if self._partitioned else 0
         while True:
             doomed = (
                 select(J.job_id)

@@ -7,6 +7,7 @@ from sqlalchemy import pool
 
 from planq.store.database import make_engine
 from planq.store.models import Base
+from planq.store.partitions import compare_filters
 
 config = context.config
 target_metadata = Base.metadata
@@ -44,6 +45,7 @@ def _run(connection: object) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
+        **compare_filters(connection.dialect.name),  # type: ignore[attr-defined]
     )
     with context.begin_transaction():
         context.run_migrations()
