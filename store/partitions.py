@@ -258,3 +258,12 @@ def compare_filters(dialect: str) -> dict[str, Any]:
         return only is None or only.dialect in (None, dialect)
 
     return {"include_name": include_name, "include_object": include_object}
+
+
+def ulid_prefix_sql(moment: str) -> str:
+    """`ulid_prefix` in SQL, of the timestamptz expression `moment` (fills: bench, tests)."""
+    ms = f"floor(extract(epoch FROM {moment}) * 1000)::bigint"
+    return (
+        f"(SELECT string_agg(substr('{_CROCKFORD}', (({ms} >> (5 * (9 - k))) & 31)::int + 1, 1),"
+        " '' ORDER BY k) FROM generate_series(0, 9) AS k)"
+    )
