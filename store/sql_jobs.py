@@ -363,25 +363,23 @@ class SqlJobStore(CheckedJobStore):
 
         A partition whose rows all ended before cutoff goes whole (store/partitions.py);
         the terminal rows left (in partitions that still hold a live or recent row, in
-        the DEFAULT partition, or on SQLite everywhere) are deleted in short batches.
+        the DEFAULT partition, or on SQLite everywhere) are deleted in short batches: the
+        oldest ids read from the terminal index, then deleted by id, so each DELETE probes
+        the primary key of the partitions those ids are in (pruned), never joins them all.
         """
         total = drop_expired_partitions(self.db.engine, cutoff) if self._partitioned else 0
+        expired = (J.status.in_(_TERMINAL), J.finished_at < cutoff)
+        oldest = select(J.job_id).where(*expired).order_by(J.finished_at).limit(batch_size)
         while True:
-            doomed = (
-                select(J.job_id)
-                .where(J.status.in_(_TERMINAL), J.finished_at < cutoff)
-                .order_by(J.finished_at)  # oldest first, read from the terminal index
-                .limit(batch_size)
-                .scalar_subquery()
-            )
             with self.db.session() as s:
-                deleted: int = s.execute(
-                    delete(J)
-                    .where(J.job_id.in_(doomed))
-                    .execution_options(synchronize_session=False)
-                ).rowcount  # type: ignore[attr-defined]
-            total += deleted
-            if deleted < batch_size:
+                doomed = list(s.scalars(oldest))
+                for batch in iter_batches(doomed, _IN_CLAUSE_BATCH):
+                    total += s.execute(
+                        delete(J)
+                        .where(J.job_id.in_(batch), *expired)
+                        .execution_options(synchronize_session=False)
+                    ).rowcount  # type: ignore[attr-defined]
+            if len(doomed) < batch_size:
                 return total
 
     def _mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
