@@ -13,6 +13,8 @@ SQLite has no partitions: its TTL cleanup stays the batched delete.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from planq.store.database import as_outage, is_transient
 from planq.store.models import FILLFACTOR, LIVE, TERMINAL, AsyncJobModel
 
 PARENT = "async_jobs"
@@ -155,6 +158,18 @@ def create_partitions(
     return created
 
 
+@contextmanager
+def _outage_is_typed() -> Iterator[None]:
+    """A transient failure is the ledger's LedgerUnavailableError, as from every store call."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if is_transient(exc):
+            raise as_outage(exc) from exc
+        raise
+
+
+@_outage_is_typed()
 def prepare_partitions(engine: Engine, now: datetime | None = None) -> list[str]:
     """The door for partitions ahead (beat, `planq db upgrade`): a no-op unless partitioned."""
     with engine.begin() as conn:
@@ -223,6 +238,7 @@ def _drop_detached(engine: Engine) -> int:
     return dropped
 
 
+@_outage_is_typed()
 def drop_expired_partitions(engine: Engine, cutoff: datetime) -> int:
     """Drop every partition of jobs created before cutoff whose rows all ended before it.
 

@@ -8,7 +8,6 @@ from typing import Any, TypeVar
 from celery import Celery
 
 from planq.domain.errors import LedgerUnavailableError
-from planq.store import prepare_partitions as create_ahead
 from planq.tasks.runtime import runtime_for
 
 T = TypeVar("T")
@@ -52,8 +51,7 @@ def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
 
     def prepare_partitions() -> list[str]:
         """Create the ledger's partitions ahead (PostgreSQL): no insert waits for one."""
-        engine = runtime_for(app).db.engine
-        return quietly("partition preparation", lambda: create_ahead(engine), [])
+        return quietly("partition preparation", lambda: runtime_for(app).prepare_partitions(), [])
 
     def relay_dispatch() -> list[str]:
         """Re-publish queued rows whose message was never sent or was lost."""

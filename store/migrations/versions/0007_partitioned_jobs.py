@@ -19,6 +19,7 @@ the rows back into one table with 0006's indexes. SQLite is left as it is.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -82,7 +83,7 @@ def _columns() -> list[sa.Column[object]]:
     ]
 
 
-def _create_jobs_table(**options: object) -> None:
+def _create_jobs_table(**options: Any) -> None:
     op.create_table(
         "async_jobs",
         *_columns(),
