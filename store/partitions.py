@@ -35,6 +35,8 @@ AHEAD = 7
 #: How long the detach waits for the parent's lock before giving the partition up until
 #: the next cleanup (it waits behind running statements, and the queue waits behind it).
 LOCK_TIMEOUT = "2s"
+#: Serialises partition creation (released at commit); 23 namespaces planq's locks.
+_ONE_AT_A_TIME = text("SELECT pg_advisory_xact_lock(23, 0)")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _BOUND = re.compile(r"FROM \('(\w+)'\) TO \('(\w+)'\)")
@@ -176,6 +178,7 @@ def prepare_partitions(engine: Engine, now: datetime | None = None) -> list[str]
         if not is_partitioned(conn):
             return []
         conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+        conn.execute(_ONE_AT_A_TIME)  # two beats, or beat and an upgrade: one creates
         return create_partitions(conn, now or datetime.now(UTC))
 
 
