@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -29,9 +30,11 @@ from planq.store.partitions import (
     ulid_prefix,
     ulid_prefix_sql,
 )
+from planq.tasks.runtime import reset_runtime
 from planq.worker_config.celery_config import beat_schedule
 from planq.worker_config.settings import PlanqSettings
-from tests.support import create_pg_database, drop_pg_database, wait_for
+from tests.celery_support import make_app
+from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, wait_for
 
 DAY = timedelta(days=1)
 FILL = """
@@ -164,6 +167,24 @@ def test_partitions_are_made_ahead_and_take_their_rows_from_default(pg_url: str)
     schedule = beat_schedule(PlanqSettings())
     assert schedule["planq-prepare-partitions"]["task"] == "planq.maintenance.prepare_partitions"
     db.close()
+
+
+def test_the_beat_task_recreates_a_missing_partition(pg_url: str, tmp_path: Path) -> None:
+    app = make_app(REDIS_TEST_URL, pg_url)
+    task = app.tasks["planq.maintenance.prepare_partitions"]  # what beat sends
+    db = Database(pg_url)
+    try:
+        with db.engine.begin() as conn:
+            last = list_partitions(conn)[-1].name
+            conn.execute(text(f"DROP TABLE {last}"))  # as if beat had been down a day
+        assert task() == [last]
+        assert task() == []  # idempotent
+        sqlite_app = make_app(REDIS_TEST_URL, f"sqlite:///{tmp_path / 'ledger.db'}")
+        assert sqlite_app.tasks["planq.maintenance.prepare_partitions"]() == []  # no partitions
+        reset_runtime(sqlite_app)
+    finally:
+        reset_runtime(app)
+        db.close()
 
 
 def _retry(original: AsyncJob, at: datetime) -> AsyncJob:
