@@ -199,14 +199,15 @@ def _keeps_rows(conn: Connection, table: str, cutoff: datetime) -> bool:
 def _detach(engine: Engine, partition: Partition, cutoff: datetime) -> bool:
     """Detach the partition if every row is still terminal and ended before cutoff.
 
-    The parent's lock first (the order every statement takes), then the re-check and the
+    The parent's lock first (ONLY the parent: every statement on async_jobs takes it
+    first, so none runs meanwhile and none deadlocks with us), then the re-check and the
     DETACH under it: milliseconds. Not CONCURRENTLY: PostgreSQL refuses that while a
     DEFAULT partition exists. A lock not granted within LOCK_TIMEOUT skips the partition.
     """
     try:
         with engine.begin() as conn:
             conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            conn.execute(text(f"LOCK TABLE {PARENT} IN ACCESS EXCLUSIVE MODE"))
+            conn.execute(text(f"LOCK TABLE ONLY {PARENT} IN ACCESS EXCLUSIVE MODE"))
             if partition not in list_partitions(conn) or _keeps_rows(conn, partition.name, cutoff):
                 return False
             conn.execute(text(f"ALTER TABLE {PARENT} DETACH PARTITION {partition.name}"))
