@@ -20,6 +20,7 @@ MAINTENANCE_NOTES = {
     "detect_stuck_jobs": "running jobs past job_timeout now",
     "relay_dispatch": "queued jobs due to (re)send now",
     "cleanup_expired_jobs": "its runs are not recorded",
+    "prepare_partitions": "its runs are not recorded",
 }
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # what type checkers see: the names, as if imported here (see
         InMemoryPlanStore,
         in_memory_ledger,
     )
+    from planq.store.partitions import prepare_partitions
     from planq.store.runs_memory import InMemoryRunStoreProvider
     from planq.store.runs_sql import SqlRunStoreProvider
     from planq.store.sql_jobs import SqlJobStore
@@ -34,6 +35,7 @@ def sql_ledger(database: Database) -> tuple[SqlJobStore, SqlPlanStore]:
 EXPORTS: dict[str, tuple[str, ...]] = {
     "planq.store.database": ("Database", "make_engine"),
     "planq.store.memory": ("InMemoryJobStore", "InMemoryPlanStore", "in_memory_ledger"),
+    "planq.store.partitions": ("prepare_partitions",),
     "planq.store.runs_memory": ("InMemoryRunStoreProvider",),
     "planq.store.runs_sql": ("SqlRunStoreProvider",),
     "planq.store.sql_jobs": ("SqlJobStore",),
@@ -49,6 +51,7 @@ __all__ = [
     "SqlRunStoreProvider",
     "in_memory_ledger",
     "make_engine",
+    "prepare_partitions",
     "sql_ledger",
 ]  # the EXPORTS' names (tests/unit/test_lazy_exports.py)
 __getattr__ = lazy_exports(__name__, EXPORTS)

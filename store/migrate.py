@@ -27,10 +27,23 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at url up to revision."""
+    """Bring the database at url up to revision, and its job partitions up to date.
+
+    `planq db upgrade` at head still creates the partitions ahead (PostgreSQL from 0007),
+    as the beat task does: an upgrade after a long beat outage leaves none missing.
+    """
     from alembic import command
+    from sqlalchemy.pool import NullPool
+
+    from planq.store.database import make_engine
+    from planq.store.partitions import prepare_partitions
 
     command.upgrade(alembic_config(url), revision)
+    engine = make_engine(url, poolclass=NullPool)
+    try:
+        prepare_partitions(engine)
+    finally:
+        engine.dispose()
 
 
 #: The newest revision (a test holds it equal to the migrations' head): lets a SQLite

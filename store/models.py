@@ -117,13 +117,21 @@ class AsyncJobModel(Base):
         CheckConstraint("status <> 'running' OR worker_id IS NOT NULL", name="running_worker"),
         # No index names a column that heartbeats, stamps, cancel requests or progress
         # write, so those updates can be HOT (docs/benchmarks.md, "Ledger at scale").
-        _partial("uq_async_jobs_retry_of", ["retry_of"], RETRIES, unique=True),
+        # One retry per job: a unique index on SQLite; on PostgreSQL a unique index of a
+        # partitioned table must hold the partition key, so the retry's insert checks it
+        # under a lock instead (store/sql_jobs.py `_add`) and the index only finds them.
+        _partial("uq_async_jobs_retry_of", ["retry_of"], RETRIES, unique=True).ddl_if(
+            dialect="sqlite"
+        ),
+        _partial("ix_async_jobs_retry_of", ["retry_of"], RETRIES).ddl_if(dialect="postgresql"),
         _partial("ix_async_jobs_live", LISTING_KEY, _in("status", LIVE)),  # sweeps, relay
         _partial("ix_async_jobs_failures", LISTING_KEY, _in("status", FAILURES)),
         _partial("ix_async_jobs_finished_terminal", ["finished_at"], _in("status", TERMINAL)),
         Index(None, "created_at", "job_id"),  # every listing, newest first, keyset-paged
         Index(None, "plan_id", "created_at"),  # a plan's jobs (a handful: ties sort cheaply)
-        {"postgresql_with": {"fillfactor": FILLFACTOR}},
+        # PostgreSQL: one partition per day of job ids (ULIDs sort by creation time), each
+        # WITH the FILLFACTOR (a partitioned table takes none): store/partitions.py.
+        {"postgresql_partition_by": "RANGE (job_id)"},
     )
 
 

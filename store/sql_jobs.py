@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from planq.domain.availability import Availability
@@ -20,6 +20,7 @@ from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
 from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
+from planq.store.partitions import drop_expired_partitions, is_partitioned
 from planq.store.sql_hot_path import (
     pg_claim,
     pg_finish,
@@ -28,6 +29,10 @@ from planq.store.sql_hot_path import (
     sqlite_finish,
     sqlite_queue,
 )
+
+#: The retry's lock: namespaced two-key advisory lock, released at commit.
+_RETRY_LOCK = text("SELECT pg_advisory_xact_lock(23, hashtext(:retry_of))")
+_RETRY_TAKEN = text("SELECT EXISTS (SELECT 1 FROM async_jobs WHERE retry_of = :retry_of)")
 
 
 class _Refused(Exception):
@@ -92,8 +97,18 @@ class SqlJobStore(CheckedJobStore):
 
     # -- plain CRUD ------------------------------------------------------------------
     def _add(self, job: AsyncJob) -> None:
-        """INSERT; a duplicate id or a second retry of one job is a DuplicateJobError."""
+        """INSERT; a duplicate id or a second retry of one job is a DuplicateJobError.
+
+        On PostgreSQL the partitioned table can hold no unique index on retry_of alone, so
+        a retry's insert first takes a transaction-scoped lock on the job it retries, then
+        looks for an earlier retry: two sweepers retrying one job are serialised, and the
+        second (reading after the first committed) finds the first's row.
+        """
         with self.db.session() as s:
+            if job.retry_of is not None and self._pg:
+                s.execute(_RETRY_LOCK, {"retry_of": job.retry_of})
+                if s.execute(_RETRY_TAKEN, {"retry_of": job.retry_of}).scalar():
+                    raise DuplicateJobError(job.job_id)
             try:
                 with s.begin_nested():
                     s.add(J(**to_values(job)))
@@ -184,6 +199,11 @@ class SqlJobStore(CheckedJobStore):
     @property
     def _pg(self) -> bool:
         return self.db.dialect == "postgresql"
+
+    @property
+    def _partitioned(self) -> bool:
+        with self.db.engine.connect() as conn:
+            return is_partitioned(conn)
 
     def _queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """QUEUE: every plan into its phase and every job row, all or nothing."""
@@ -340,24 +360,27 @@ class SqlJobStore(CheckedJobStore):
         )
 
     def _delete_terminal_before(self, cutoff: datetime, batch_size: int) -> int:
-        """TTL: DELETE terminal rows finished before cutoff, batch by batch (short locks)."""
-        total = 0
+        """TTL: drop expired partitions (PostgreSQL), then DELETE the rest batch by batch.
+
+        A partition whose rows all ended before cutoff goes whole (store/partitions.py);
+        the terminal rows left (in partitions that still hold a live or recent row, in
+        the DEFAULT partition, or on SQLite everywhere) are deleted in short batches: the
+        oldest ids read from the terminal index, then deleted by id, so each DELETE probes
+        the primary key of the partitions those ids are in (pruned), never joins them all.
+        """
+        total = drop_expired_partitions(self.db.engine, cutoff) if self._partitioned else 0
+        expired = (J.status.in_(_TERMINAL), J.finished_at < cutoff)
+        oldest = select(J.job_id).where(*expired).order_by(J.finished_at).limit(batch_size)
         while True:
-            doomed = (
-                select(J.job_id)
-                .where(J.status.in_(_TERMINAL), J.finished_at < cutoff)
-                .order_by(J.finished_at)  # oldest first, read from the terminal index
-                .limit(batch_size)
-                .scalar_subquery()
-            )
             with self.db.session() as s:
-                deleted: int = s.execute(
-                    delete(J)
-                    .where(J.job_id.in_(doomed))
-                    .execution_options(synchronize_session=False)
-                ).rowcount  # type: ignore[attr-defined]
-            total += deleted
-            if deleted < batch_size:
+                doomed = list(s.scalars(oldest))
+                for batch in iter_batches(doomed, _IN_CLAUSE_BATCH):
+                    total += s.execute(
+                        delete(J)
+                        .where(J.job_id.in_(batch), *expired)
+                        .execution_options(synchronize_session=False)
+                    ).rowcount  # type: ignore[attr-defined]
+            if len(doomed) < batch_size:
                 return total
 
     def _mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:

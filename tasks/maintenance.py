@@ -1,4 +1,4 @@
-"""Beat maintenance: stuck jobs, TTL cleanup, dispatch relay. Each is idempotent."""
+"""Beat maintenance: stuck jobs, TTL cleanup, partitions ahead, dispatch relay; idempotent."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ _OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False, "send_events
 
 
 def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
-    """Create the three maintenance tasks on app (routed to planq.maintenance)."""
+    """Create the four maintenance tasks on app (routed to planq.maintenance)."""
 
     def quietly(what: str, sweep: Callable[[], T], skipped: T) -> T:
         """Run a sweep; an outage is the process monitor's to log (once), not a traceback.
@@ -49,11 +49,15 @@ def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
         """Delete terminal rows past job_ttl in bounded batches."""
         return quietly("TTL cleanup", lambda: runtime_for(app).worker.cleanup_expired_jobs(), 0)
 
+    def prepare_partitions() -> list[str]:
+        """Create the ledger's partitions ahead (PostgreSQL): no insert waits for one."""
+        return quietly("partition preparation", lambda: runtime_for(app).prepare_partitions(), [])
+
     def relay_dispatch() -> list[str]:
         """Re-publish queued rows whose message was never sent or was lost."""
         return quietly("dispatch relay", lambda: runtime_for(app).worker.relay_dispatch(), [])
 
     return {
         fn.__name__: app.task(name=f"planq.maintenance.{fn.__name__}", **_OPTIONS)(fn)
-        for fn in (detect_stuck_jobs, cleanup_expired_jobs, relay_dispatch)
+        for fn in (detect_stuck_jobs, cleanup_expired_jobs, prepare_partitions, relay_dispatch)
     }

@@ -24,7 +24,7 @@ from planq.domain.ports import CancelOutcome
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs import RecoverableJobHandler, RunHeartbeat
 from planq.domain.runs.heartbeat import interval_for
-from planq.store import Database, SqlRunStoreProvider, sql_ledger
+from planq.store import Database, SqlRunStoreProvider, prepare_partitions, sql_ledger
 from planq.store.ledger_scan import LedgerScan
 from planq.store.migrate import migrate_sqlite
 from planq.tasks.dispatch_stamps import DispatchStamps
@@ -119,6 +119,10 @@ class Runtime:
     def ledger_scan(self) -> LedgerScan:
         """Read-only pages of the job ledger for the ledger_consistency scan (same Database)."""
         return LedgerScan(self.db)
+
+    def prepare_partitions(self) -> list[str]:
+        """Create the ledger's job partitions ahead (PostgreSQL; none on SQLite): the names."""
+        return prepare_partitions(self.db.engine)
 
     @cached_property
     def run_heartbeat(self) -> RunHeartbeat:

@@ -72,6 +72,11 @@ def beat_schedule(settings: PlanqSettings) -> dict[str, Any]:
             "task": "planq.maintenance.cleanup_expired_jobs",
             "schedule": settings.cleanup_interval,
         },
+        # PostgreSQL's job partitions, a week ahead (a no-op on SQLite): hourly is ample.
+        "planq-prepare-partitions": {
+            "task": "planq.maintenance.prepare_partitions",
+            "schedule": settings.cleanup_interval,
+        },
         "planq-relay-dispatch": {
             "task": "planq.maintenance.relay_dispatch",
             "schedule": settings.relay_interval,

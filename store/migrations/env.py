@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 
 from planq.store.database import make_engine
 from planq.store.models import Base
+from planq.store.partitions import compare_filters
 
 config = context.config
 target_metadata = Base.metadata
@@ -73,6 +74,7 @@ def _run(connection: object) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
+        **compare_filters(connection.dialect.name),  # type: ignore[attr-defined]
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -43,6 +43,7 @@ UNKNOWN_ULID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 MAINTENANCE = {
     "planq.maintenance.detect_stuck_jobs",
     "planq.maintenance.cleanup_expired_jobs",
+    "planq.maintenance.prepare_partitions",
     "planq.maintenance.relay_dispatch",
 }
 

@@ -14,17 +14,24 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import ProgrammingError
 
 from planq.domain.clock import utcnow
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.runs import Fresh
 from planq.store import Database, SqlRunStoreProvider, sql_ledger
 from planq.store.migrate import upgrade
+from planq.store.partitions import (
+    create_partitions,
+    is_partition_table,
+    ulid_prefix,
+    ulid_prefix_sql,
+)
 from tests.support import create_pg_database, drop_pg_database
 
 JOBS = 200_000
@@ -39,11 +46,13 @@ SELECT upper(lpad(to_hex(p), 26, '0')), 'plan-' || p, 'apply', 'complete', '{"st
        :t0 + p * interval '30 seconds', :t0 + p * interval '30 seconds', 1
   FROM generate_series(1, :plans) AS p
 """
-FILL_JOBS = """
+JOB_ID = ulid_prefix_sql("made.created_at") + " || lpad(upper(to_hex(i)), 16, '0')"
+RETRIED = ulid_prefix_sql("made.created_at - interval '10 seconds'")
+FILL_JOBS = f"""
 INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json,
                         worker_id, created_at, started_at, finished_at, last_heartbeat,
                         error_message, attempt, retry_of, dispatched_at, dispatch_count)
-SELECT id, plan_id, phase, status, 1,
+SELECT {JOB_ID}, plan_id, phase, status, 1,
        json_build_object('phase', phase, 'plan_id', plan_id, 'schema_version', 1)::text,
        CASE WHEN status = 'queued' THEN NULL ELSE :worker END,
        created_at,
@@ -55,19 +64,18 @@ SELECT id, plan_id, phase, status, 1,
             ELSE created_at + interval '4 s' END,
        CASE WHEN status = 'failed' THEN 'boom' END,
        CASE WHEN i % 50 = 1 THEN 2 ELSE 1 END,
-       CASE WHEN i % 50 = 1 THEN upper(lpad(to_hex(i - 1), 26, '0')) END,
+       CASE WHEN i % 50 = 1 THEN {RETRIED} || lpad(upper(to_hex(i - 1)), 16, '0') END,
        CASE WHEN status = 'queued' AND i % 10 = 0 THEN NULL ELSE created_at + interval '1 s' END,
        CASE WHEN status = 'queued' AND i % 10 = 0 THEN 0 ELSE 1 END
   FROM (
-    SELECT i, upper(lpad(to_hex(i), 26, '0')) AS id,
-           upper(lpad(to_hex((i + 2) / 3), 26, '0')) AS plan_id,
+    SELECT i, upper(lpad(to_hex((i + 2) / 3), 26, '0')) AS plan_id,
            (ARRAY['strategize', 'execute', 'apply'])[(i - 1) % 3 + 1] AS phase,
            CASE WHEN i > :jobs - :queued THEN 'queued'
                 WHEN i > :jobs - :queued - :running THEN 'running'
                 WHEN i % 50 = 0 THEN 'failed'
                 WHEN i % 100 = 7 THEN 'cancelled'
                 ELSE 'succeeded' END AS status,
-           :t0 + i * interval '10 seconds' AS created_at
+           CAST(:t0 AS timestamptz) + i * interval '10 seconds' AS created_at
       FROM generate_series(1, :jobs) AS i
   ) AS made
 """
@@ -87,7 +95,18 @@ SELECT 'F' || lpad(f::text, 25, '0'), 'R' || lpad((f % 20 + 1)::text, 25, '0'), 
 """
 
 
+#: When the fill's first job was created (job ids are ULIDs of their creation time).
+FILLED_AT: dict[str, datetime] = {}
+
+
 def _id(i: int) -> str:
+    """The i-th job's id, as FILL_JOBS makes it: its partition is its creation day's."""
+    return ulid_prefix(FILLED_AT["t0"] + i * timedelta(seconds=10)) + f"{i:x}".upper().rjust(
+        16, "0"
+    )
+
+
+def _plan(i: int) -> str:
     return f"{i:x}".upper().rjust(26, "0")
 
 
@@ -99,6 +118,7 @@ def filled() -> Iterator[Database]:
         db = Database(url)
         now = utcnow()
         t0 = now - timedelta(seconds=10 * JOBS + 60)
+        FILLED_AT["t0"] = t0
         params = {
             "t0": t0,
             "now": now,
@@ -110,10 +130,17 @@ def filled() -> Iterator[Database]:
             "findings": FINDINGS,
         }
         with db.engine.begin() as conn:
+            # On PostgreSQL, one partition per day of the fill (as beat made them day by day).
+            create_partitions(conn, now, behind=(t0 - now) // -timedelta(days=1) + 1)
             for sql in (FILL_PLANS, FILL_JOBS, FILL_RUNS, FILL_FINDINGS):
                 conn.execute(text(sql), params)
         with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM ANALYZE")
+            EMPTY.update(
+                conn.exec_driver_sql(
+                    f"SELECT relname FROM pg_class WHERE relispartition AND relpages < {SMALL}"
+                ).scalars()
+            )
         yield db
         db.close()
     finally:
@@ -143,8 +170,23 @@ def _nodes(plan: dict[str, Any], above: tuple[str, ...] = ()) -> Iterator[tuple[
         yield from _nodes(child, (*above, plan["Node Type"]))
 
 
+#: Partitions of under SMALL pages: made ahead and still empty, or at the fill's edges
+#: (the fill starts and ends mid-day). The planner rightly reads such a partition whole;
+#: a full day's partition (hundreds of pages here) is read by its indexes.
+SMALL = 64
+EMPTY: set[str] = set()
+
+
+def _table(node: dict[str, Any]) -> str | None:
+    """The table a node reads: a partition of async_jobs is async_jobs, a small one none."""
+    name = node.get("Relation Name")
+    if name in EMPTY:
+        return None
+    return "async_jobs" if name and is_partition_table(name) else name
+
+
 def _reads_big(plan: dict[str, Any]) -> bool:
-    return any(node.get("Relation Name") in BIG for node, _ in _nodes(plan))
+    return any(_table(node) in BIG for node, _ in _nodes(plan))
 
 
 def problems(plan: dict[str, Any]) -> list[str]:
@@ -152,7 +194,7 @@ def problems(plan: dict[str, Any]) -> list[str]:
     found = []
     for node, _ in _nodes(plan):
         kind = node["Node Type"]
-        if kind == "Seq Scan" and node.get("Relation Name") in BIG:
+        if kind == "Seq Scan" and _table(node) in BIG:
             found.append(f"Seq Scan on {node['Relation Name']}")
         if kind in ("Sort", "Incremental Sort") and _reads_big(node) and not _one_plan(node):
             found.append(f"{kind} over {sorted(BIG & _relations(node))}")
@@ -161,12 +203,12 @@ def problems(plan: dict[str, Any]) -> list[str]:
 
 def _one_plan(plan: dict[str, Any]) -> bool:
     """Whether every big-table scan below reads one plan's jobs only (a handful of rows)."""
-    scans = [n for n, _ in _nodes(plan) if n.get("Relation Name") in BIG]
+    scans = [n for n, _ in _nodes(plan) if _table(n) in BIG]
     return all(str(n.get("Index Cond", "")).startswith("((plan_id)::text = ") for n in scans)
 
 
 def _relations(plan: dict[str, Any]) -> set[str]:
-    return {str(n["Relation Name"]) for n, _ in _nodes(plan) if "Relation Name" in n}
+    return {str(_table(n)) for n, _ in _nodes(plan) if "Relation Name" in n}
 
 
 def key_nodes(plan: dict[str, Any]) -> str:
@@ -204,13 +246,13 @@ def operations(db: Database) -> dict[str, Callable[[], object]]:
         "list cancelled": lambda: jobs.list_recent(AsyncJobStatus.cancelled),
         "list queued": lambda: jobs.list_recent(AsyncJobStatus.queued),
         "list running": lambda: jobs.list_recent(AsyncJobStatus.running),
-        "list of a plan": lambda: jobs.list_recent(plan_id=_id(JOBS // 6)),
-        "jobs of a plan": lambda: jobs.list_by_plan(_id(JOBS // 6)),
+        "list of a plan": lambda: jobs.list_recent(plan_id=_plan(JOBS // 6)),
+        "jobs of a plan": lambda: jobs.list_by_plan(_plan(JOBS // 6)),
         "count capped": lambda: jobs.count(at_most=10_001),
         "count failed capped": lambda: jobs.count(failed, at_most=10_001),
         "count succeeded capped": lambda: jobs.count(AsyncJobStatus.succeeded, at_most=10_001),
         "count queued capped": lambda: jobs.count(AsyncJobStatus.queued, at_most=10_001),
-        "count of a plan": lambda: jobs.count(plan_id=_id(JOBS // 6)),
+        "count of a plan": lambda: jobs.count(plan_id=_plan(JOBS // 6)),
         "plans list": lambda: plans.list_recent(),
         "plans list after a cursor": lambda: plans.list_recent(after=_id(JOBS // 6)),
         "plans count capped": lambda: plans.count(at_most=10_001),
@@ -258,7 +300,11 @@ def test_no_statement_scans_or_sorts_the_big_tables(filled: Database) -> None:
             if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "DELETE", "WITH")):
                 continue
             seen += 1
-            plan = explain(filled, statement, parameters)
+            try:
+                plan = explain(filled, statement, parameters)
+            except ProgrammingError as exc:  # the cleanup's probe of a partition it dropped
+                assert "does not exist" in str(exc) and name == "TTL cleanup", exc
+                continue
             print(f"{name}: {key_nodes(plan)}")
             if found := problems(plan):
                 bad.setdefault(name, []).extend([*found, json.dumps(plan)[:1500]])

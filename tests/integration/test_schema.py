@@ -14,6 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from planq.store import Database
 from planq.store.migrate import upgrade
 from planq.store.models import Base
+from planq.store.partitions import compare_filters
 from tests.support import create_pg_database, drop_pg_database
 
 
@@ -35,7 +36,8 @@ def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 def test_migrated_schema_equals_models(migrated_url: str) -> None:
     db = Database(migrated_url)
     with db.engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+        context = MigrationContext.configure(conn, opts=compare_filters(conn.dialect.name))
+        diff = compare_metadata(context, Base.metadata)
     db.close()
     assert diff == []
 

@@ -1,7 +1,7 @@
 """severity counters: a run keeps its findings' count per severity on its own row
 
 Revision ID: 0009_severity_counters
-Revises: 0006_error_traceback
+Revises: 0007_partitioned_jobs
 
 Three BIGINT columns on recoverable_runs (data_loss_findings, inconsistent_findings,
 anomaly_findings), bumped by the same fenced UPDATE that bumps finding_count when a finding
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009_severity_counters"
-down_revision = "0006_error_traceback"
+down_revision = "0007_partitioned_jobs"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,323 @@
+"""PostgreSQL's time-partitioned async_jobs (migration 0007, store/partitions.py).
+
+TTL cleanup drops a partition whose rows all ended before the cutoff and deletes the
+old rows of the others in batches, counting both; a live job and a job that ended
+after the cutoff are kept, whatever partition they are in. Partitions are created
+ahead and take over the rows the DEFAULT partition held for their range. One retry per
+job holds without a unique index, also across partitions and between two writers.
+The migration round-trips a filled ledger (generate_series) with every row kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from planq.domain.errors import DuplicateJobError
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan, PlanPhase
+from planq.store import Database, prepare_partitions, sql_ledger
+from planq.store.migrate import downgrade, upgrade
+from planq.store.partitions import (
+    DEFAULT,
+    create_partitions,
+    list_partitions,
+    ulid_prefix,
+    ulid_prefix_sql,
+)
+from planq.tasks.runtime import reset_runtime
+from planq.worker_config.celery_config import beat_schedule
+from planq.worker_config.settings import PlanqSettings
+from tests.celery_support import make_app
+from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, wait_for
+
+DAY = timedelta(days=1)
+FILL = """
+INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json,
+                        worker_id, created_at, started_at, finished_at, attempt, dispatch_count)
+SELECT :prefix || lpad(upper(to_hex(i)), 26 - length(:prefix), '0'),
+       '01000000000000000000000000', 'execute', 'succeeded', 1, '{}', 'w@h/1', :at, :at,
+       :at + interval '5 s', 1, 1
+  FROM generate_series(1, :n) AS i
+"""
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    made = create_pg_database()
+    try:
+        upgrade(made)
+        yield made
+    finally:
+        drop_pg_database(made)
+
+
+def _fill(db: Database, at: datetime, n: int, tag: str = "") -> str:
+    """N succeeded jobs created at `at` (ids in its partition); the ids' common prefix."""
+    prefix = ulid_prefix(at) + tag
+    with db.engine.begin() as conn:
+        conn.execute(text(FILL), {"prefix": prefix, "at": at, "n": n})
+    return prefix
+
+
+def _home(db: Database, job_id: str) -> str:
+    with db.engine.connect() as conn:
+        found = conn.execute(
+            text("SELECT tableoid::regclass::text FROM async_jobs WHERE job_id = :id"),
+            {"id": job_id},
+        ).scalar()
+    return str(found)
+
+
+def _size(db: Database) -> int:
+    with db.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
+                    "FROM pg_partition_tree('async_jobs')"
+                )
+            ).scalar_one()
+        )
+
+
+def _count(db: Database) -> int:
+    with db.engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM async_jobs")).scalar_one())
+
+
+def test_cleanup_drops_expired_partitions_and_keeps_live_and_recent_rows(pg_url: str) -> None:
+    db = Database(pg_url)
+    jobs, plans = sql_ledger(db)
+    now = datetime.now(UTC)
+    old = now - 12 * DAY
+    with db.engine.begin() as conn:  # partitions for the last two weeks, as if beat ran then
+        create_partitions(conn, old, behind=1, ahead=14)
+    expired = [old - DAY, old, old + DAY]  # three days of ended jobs, all older than the TTL
+    for day in expired:
+        _fill(db, day, 2_000)
+    # A job created in the third old day that is still running (it runs across partitions)
+    # and one created in the second that ended only an hour ago: their partitions stay.
+    plan = Plan.with_steps(["a"])
+    plans.add(plan)
+    running = AsyncJob(
+        job_id=ulid_prefix(old + DAY) + "RNNNGJ0B00000001",
+        plan_id=plan.plan_id,
+        phase=PlanPhase.strategize,
+        created_at=old + DAY,
+    )
+    assert jobs.queue([running], old + DAY)
+    assert jobs.claim(running.job_id, "w@h/1", old + DAY) is not None
+    recent = ulid_prefix(old) + "RECENTJ0B0000001"
+    with db.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, "
+                "payload_json, worker_id, created_at, started_at, finished_at, attempt, "
+                "dispatch_count) VALUES (:id, '01000000000000000000000000', 'execute', "
+                "'failed', 1, '{}', 'w@h/1', :old, :old, :end, 1, 1)"
+            ),
+            {"id": recent, "old": old, "end": now - timedelta(hours=1)},
+        )
+    _fill(db, datetime(2016, 7, 30, tzinfo=UTC), 10, tag="D")  # before every partition
+    assert _home(db, ulid_prefix(datetime(2016, 7, 30, tzinfo=UTC)) + "D" + "1".rjust(15, "0"))
+    with db.engine.begin() as conn:
+        listed = list_partitions(conn)
+    before = {p.name for p in listed}
+    homes = [_home(db, ulid_prefix(day) + "1".rjust(16, "0")) for day in expired]
+    assert homes[0] in before and _home(db, running.job_id) == homes[2]
+    size, rows = _size(db), _count(db)
+
+    deleted = jobs.delete_terminal_before(now - 7 * DAY, 500)
+
+    assert deleted == 3 * 2_000 + 10  # every old ended row, dropped or deleted, counted once
+    assert _count(db) == rows - deleted
+    with db.engine.begin() as conn:
+        after = {p.name for p in list_partitions(conn)}
+    assert homes[0] not in after  # nothing left to keep: dropped (so are old empty ones)
+    assert all(p.high <= ulid_prefix(now - 7 * DAY) for p in listed if p.name not in after)
+    assert {homes[1], homes[2]} <= after  # the recent row's and the running job's
+    kept = jobs.get(running.job_id)
+    assert kept is not None and kept.status is AsyncJobStatus.running
+    assert kept.worker_id == "w@h/1"
+    assert _home(db, recent) == homes[1]  # ended after the cutoff: kept
+    assert _size(db) < size  # the dropped partition's pages are gone, not just dead
+    assert jobs.delete_terminal_before(now - 7 * DAY, 500) == 0  # idempotent
+    db.close()
+
+
+def test_partitions_are_made_ahead_and_take_their_rows_from_default(pg_url: str) -> None:
+    db = Database(pg_url)
+    now = datetime.now(UTC)
+    with db.engine.connect() as conn:
+        made = list_partitions(conn)
+    assert made[0].low <= ulid_prefix(now - DAY) and made[-1].high >= ulid_prefix(now + 7 * DAY)
+    assert prepare_partitions(db.engine) == []  # upgrade made them: nothing left to do
+    future = now + 30 * DAY  # beat down for a month: the insert still lands, in DEFAULT
+    prefix = _fill(db, future, 5)
+    assert _home(db, prefix + "1".rjust(16, "0")) == DEFAULT
+    created = prepare_partitions(db.engine, now=future)
+    assert created and _home(db, prefix + "1".rjust(16, "0")) in created
+    assert _count(db) == 5
+    schedule = beat_schedule(PlanqSettings())
+    assert schedule["planq-prepare-partitions"]["task"] == "planq.maintenance.prepare_partitions"
+    db.close()
+
+
+def test_the_beat_task_recreates_a_missing_partition(pg_url: str, tmp_path: Path) -> None:
+    app = make_app(REDIS_TEST_URL, pg_url)
+    task = app.tasks["planq.maintenance.prepare_partitions"]  # what beat sends
+    db = Database(pg_url)
+    try:
+        with db.engine.begin() as conn:
+            last = list_partitions(conn)[-1].name
+            conn.execute(text(f"DROP TABLE {last}"))  # as if beat had been down a day
+        assert task() == [last]
+        assert task() == []  # idempotent
+        sqlite_app = make_app(REDIS_TEST_URL, f"sqlite:///{tmp_path / 'ledger.db'}")
+        assert sqlite_app.tasks["planq.maintenance.prepare_partitions"]() == []  # no partitions
+        reset_runtime(sqlite_app)
+    finally:
+        reset_runtime(app)
+        db.close()
+
+
+def _retry(original: AsyncJob, at: datetime) -> AsyncJob:
+    return AsyncJob(
+        job_id=ulid_prefix(at) + "RETRY" + original.job_id[-11:],
+        plan_id=original.plan_id,
+        phase=original.phase,
+        attempt=2,
+        retry_of=original.job_id,
+        created_at=at,
+    )
+
+
+def test_one_retry_per_job_across_partitions_and_writers(pg_url: str) -> None:
+    db, other = Database(pg_url), Database(pg_url)
+    jobs, _ = sql_ledger(db)
+    jobs_b, _ = sql_ledger(other)
+    now = datetime.now(UTC)
+    plan_id = Plan.with_steps(["a"]).plan_id  # no plan row needed: add() writes the job only
+    first = AsyncJob(plan_id=plan_id, phase=PlanPhase.execute)
+    jobs.add(first)
+    jobs.add(_retry(first, now))
+    with pytest.raises(DuplicateJobError):  # another day, another partition: still refused
+        jobs.add(_retry(first, now + 2 * DAY))
+
+    second = AsyncJob(plan_id=plan_id, phase=PlanPhase.execute)
+    jobs.add(second)
+    holding, release = threading.Event(), threading.Event()
+    outcome: dict[str, str] = {}
+
+    def writer_a() -> None:
+        with jobs.transaction():
+            jobs.add(_retry(second, now))
+            holding.set()
+            release.wait(30)
+
+    def writer_b() -> None:
+        try:
+            jobs_b.add(_retry(second, now + 3 * DAY))
+            outcome["b"] = "added"
+        except DuplicateJobError:
+            outcome["b"] = "refused"
+
+    a = threading.Thread(target=writer_a)
+    a.start()
+    assert holding.wait(30)
+    b = threading.Thread(target=writer_b)
+    b.start()
+    wait_for(lambda: _waiting_on_advisory_lock(db), timeout=10, what="b waiting on a's lock")
+    release.set()
+    a.join(30)
+    b.join(30)
+    assert outcome == {"b": "refused"}
+    with db.engine.connect() as conn:
+        retries = conn.execute(
+            text("SELECT count(*) FROM async_jobs WHERE retry_of = :id"), {"id": second.job_id}
+        ).scalar()
+    assert retries == 1
+    db.close()
+    other.close()
+
+
+def _waiting_on_advisory_lock(db: Database) -> bool:
+    with db.engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            ).scalar()
+        )
+
+
+FILLED = 120_000
+FILL_OLD_TABLE = f"""
+INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json,
+                        worker_id, created_at, started_at, finished_at, attempt, retry_of,
+                        dispatch_count, error_traceback)
+SELECT {ulid_prefix_sql("at")} || lpad(upper(to_hex(i)), 16, '0'), '01000000000000000000000000',
+       'execute', status, 1, '{{}}', CASE WHEN status = 'queued' THEN NULL ELSE 'w@h/1' END,
+       at, at, CASE WHEN status IN ('queued', 'running') THEN NULL ELSE at END,
+       CASE WHEN i % 97 = 0 THEN 2 ELSE 1 END,
+       CASE WHEN i % 97 = 0 THEN 'R' || lpad(i::text, 25, '0') END, 1,
+       CASE WHEN status = 'failed' THEN 'Traceback' END
+  FROM (SELECT i, :now - i * interval '7 seconds' AS at,
+               CASE WHEN i < 300 THEN 'queued' WHEN i < 400 THEN 'running'
+                    WHEN i % 50 = 0 THEN 'failed' ELSE 'succeeded' END AS status
+          FROM generate_series(1, :n) AS i) AS made
+"""
+#: Every column of every row (the column order is the same on both sides of 0007).
+FINGERPRINT = "SELECT count(*), md5(string_agg(t::text, '|' ORDER BY job_id)) FROM async_jobs AS t"
+
+
+def _kind(db: Database) -> str:
+    with db.engine.connect() as conn:
+        return str(
+            conn.execute(text("SELECT relkind FROM pg_class WHERE relname = 'async_jobs'")).scalar()
+        )
+
+
+def test_migration_round_trips_a_filled_ledger() -> None:
+    url = create_pg_database()
+    try:
+        upgrade(url, "0006_error_traceback")
+        db = Database(url)
+        with db.engine.begin() as conn:
+            conn.execute(text(FILL_OLD_TABLE), {"now": datetime.now(UTC), "n": FILLED})
+        with db.engine.connect() as conn:
+            before = tuple(conn.execute(text(FINGERPRINT)).one())
+        assert before[0] == FILLED and _kind(db) == "r"
+
+        upgrade(url)
+        assert _kind(db) == "p"
+        with db.engine.connect() as conn:
+            assert tuple(conn.execute(text(FINGERPRINT)).one()) == before
+            in_default = conn.execute(text(f"SELECT count(*) FROM {DEFAULT}")).scalar()
+            parts = list_partitions(conn)
+        assert in_default == 0  # ten days of ids: every row in its day's partition
+        assert len(parts) >= 10 + 7
+
+        downgrade(url, "0006_error_traceback")
+        assert _kind(db) == "r"
+        with db.engine.connect() as conn:
+            assert tuple(conn.execute(text(FINGERPRINT)).one()) == before
+            leftovers = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_class WHERE relname LIKE 'async_jobs_%' "
+                    "AND relkind IN ('r', 'p')"
+                )
+            ).scalar()
+        assert leftovers == 0
+
+        upgrade(url)
+        with db.engine.connect() as conn:
+            assert tuple(conn.execute(text(FINGERPRINT)).one()) == before
+        db.close()
+    finally:
+        drop_pg_database(url)
