@@ -19,6 +19,8 @@ from planq.domain.errors import (
     PlanqError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
+from planq.domain.pipeline import EventKind
+from planq.domain.pipeline_ledger import Enqueue, PipelineLedger
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
@@ -58,12 +60,21 @@ class JobLedger:
     """The one place that moves jobs, and their plans with them."""
 
     def __init__(
-        self, jobs: JobStore, plans: PlanStore | None = None, redactor: Redactor = BUILTIN
+        self,
+        jobs: JobStore,
+        plans: PlanStore | None = None,
+        redactor: Redactor = BUILTIN,
+        enqueue: Enqueue | None = None,
     ) -> None:
         self.jobs = jobs
         self.plans = plans
         #: Every error this ledger writes passes through it (planq's: built from settings).
         self.redactor = redactor
+        #: Publishes a job a pipeline queued, after its transaction commits (the normal
+        #: path: the runtime's publish; the dispatch relay covers a process that dies first).
+        self.enqueue = enqueue
+        #: The pipeline's writes (run, advance, approve, reject, stop), in this ledger.
+        self.pipeline = PipelineLedger(self)
 
     def redact_error(self, error: str | None) -> str | None:
         """An error as this ledger stores it: redacted, printable, bounded."""
@@ -156,13 +167,25 @@ class JobLedger:
         worker_id: str | None = None,
         *,
         traceback: str | None = None,
+        pipeline: bool = False,
     ) -> bool:
         """End a running job (held by worker_id, if given); False if it is not ours any more.
 
         Nothing is written twice: a job that already ended, or that a sweep took from this
         worker, is left as it is. A failed job's error and traceback are redacted and
-        bounded here and written by the same one statement that ends it.
+        bounded here and written by the same one statement that ends it. `pipeline` (the
+        claim saw one on the plan): the finish and the pipeline's next step (the next
+        phase's job, the gate, its events) commit in one transaction, then the new job is
+        published.
         """
+        if pipeline and self.plans is not None and one_ledger(self.jobs, self.plans):
+            return self.pipeline.finish(
+                job,
+                status,
+                self.redact_error(error),
+                worker_id,
+                self.redact_traceback(traceback),
+            )
         return self.jobs.finish(
             job.job_id,
             status,
@@ -275,7 +298,9 @@ class JobLedger:
         try:
             with self.jobs.transaction():
                 self.jobs.add(new)  # retry_of is unique: a second sweeper's insert loses here
-                self._follow(job.plan_id, job.phase, AsyncJobStatus.queued)
+                plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.queued)
+                if plan is not None and plan.pipeline_state is not None:
+                    self.pipeline.record(plan.plan_id, EventKind.retried, job.phase, new.job_id)
         except DuplicateJobError:
             return None
         return new
@@ -284,7 +309,10 @@ class JobLedger:
         """Delete terminal rows older than job_ttl; how many."""
         ttl = check_number("job_ttl", job_ttl, 0.0, MAX_DURATION_SECONDS)
         cutoff = utcnow() - timedelta(seconds=ttl)
-        return self.jobs.delete_terminal_before(cutoff, batch_size)
+        deleted = self.jobs.delete_terminal_before(cutoff, batch_size)
+        if self.plans is not None:  # the plans' audit trail ages out with the jobs
+            self.plans.delete_events_before(cutoff, batch_size)
+        return deleted
 
     def dispatch_due(
         self, unsent_grace: float, resend_grace: float, limit: int = 100

@@ -46,6 +46,16 @@ class PlanStatus(StrEnum):
     cancelled = "cancelled"
 
 
+class PipelineState(StrEnum):
+    """Where a plan's pipeline stands (domain/pipeline.py); a failed phase shows on the plan."""
+
+    running = "running"  #: a phase is queued or running; the next follows by itself
+    awaiting_approval = "awaiting_approval"  #: the previous phase is complete; a person decides
+    done = "done"  #: `through` succeeded
+    rejected = "rejected"  #: a person said no at the gate
+    cancelled = "cancelled"  #: the whole plan was cancelled
+
+
 RERUNNABLE = frozenset({PlanStatus.failed, PlanStatus.cancelled})
 
 #: What must be complete before a phase may be queued (None: a brand-new plan).
@@ -142,6 +152,10 @@ class Plan(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, ge=0, le=INT32_MAX)
+    #: The pipeline (None: phases are queued one at a time, as the spec says).
+    pipeline_through: PlanPhase | None = None
+    pipeline_gate: PlanPhase | None = None
+    pipeline_state: PipelineState | None = None
 
     @field_validator("plan_id")
     @classmethod
@@ -233,4 +247,15 @@ class Plan(BaseModel):
             "steps": len(self.steps),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
+            "pipeline": self.pipeline_dict(),
+        }
+
+    def pipeline_dict(self) -> dict[str, Any] | None:
+        """The pipeline as the CLI and the API show it (None without one)."""
+        if self.pipeline_state is None:
+            return None
+        return {
+            "state": self.pipeline_state.value,
+            "through": self.pipeline_through.value if self.pipeline_through else None,
+            "approve_before": self.pipeline_gate.value if self.pipeline_gate else None,
         }

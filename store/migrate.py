@@ -35,7 +35,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 #: The newest revision (a test holds it equal to the migrations' head): lets a SQLite
 #: ledger that is already current be opened without loading alembic's scripts.
-HEAD_REVISION = "0006_error_traceback"
+HEAD_REVISION = "0008_plan_pipeline"
 
 
 def migrate_sqlite(url: str) -> bool:

@@ -20,6 +20,7 @@ from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
 from planq.domain.ledger import JobLedger, StuckReport
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
+from planq.domain.pipeline import EventKind
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
@@ -129,7 +130,7 @@ class AsyncWorker:
         self.plan_store = plan_store
         #: How every error this worker stores or reports becomes text (planq: from settings).
         self.redactor = redactor
-        self.ledger = JobLedger(job_store, plan_store, redactor)
+        self.ledger = JobLedger(job_store, plan_store, redactor, enqueue=publish)
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
         )
@@ -194,12 +195,15 @@ class AsyncWorker:
             )
             return JobReport(PickupResult.skipped)
         job, plan = claimed
+        pipeline = plan is not None and plan.pipeline_state is not None
+        if pipeline:
+            self._record_started(job)
         token = self.tracker.track(job.job_id)
         try:
             verdict = self._run_executor(job, token, plan)
         finally:
             self.tracker.untrack(job.job_id)
-        verdict, wrote = self._finish(job, verdict)
+        verdict, wrote = self._finish(job, verdict, pipeline)
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return JobReport(PickupResult.finished_elsewhere)
@@ -213,7 +217,16 @@ class AsyncWorker:
             self.ledger.redact_traceback(verdict.traceback),
         )
 
-    def _finish(self, job: AsyncJob, verdict: Verdict) -> tuple[Verdict, bool]:
+    def _record_started(self, job: AsyncJob) -> None:
+        """A pipeline plan's `started` event (one statement, pipeline plans only)."""
+        try:
+            self.ledger.pipeline.record(job.plan_id, EventKind.started, job.phase, job.job_id)
+        except Exception:  # the trail is not worth failing the job for
+            logger.exception("job %s: could not record its started event", job.job_id)
+
+    def _finish(
+        self, job: AsyncJob, verdict: Verdict, pipeline: bool = False
+    ) -> tuple[Verdict, bool]:
         """Write the verdict; a finish the ledger rejects ends the job failed, saying so.
 
         The rejection (a constraint the row breaks) names the constraint only, never the
@@ -229,6 +242,7 @@ class AsyncWorker:
                     outcome.error,
                     self.worker_id,
                     traceback=outcome.traceback,
+                    pipeline=pipeline,
                 ),
                 f"finish {job.job_id}",
                 monitor=self.outages,
@@ -353,6 +367,16 @@ class AsyncWorker:
                 "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
             )
         return True
+
+    def cancel_plan(self, plan_id: str, actor: str | None = None) -> tuple[Plan, list[str]]:
+        """Cancel a whole plan: its pipeline stops, its live phase job is cancelled.
+
+        The pipeline's stop and the event (who asked) commit first; then each live job is
+        cancelled as `cancel_job` does (a running one cooperatively, through its token).
+        Returns the plan and the ids of the jobs the cancel reached.
+        """
+        plan, live = self.ledger.pipeline.stop(plan_id, actor)
+        return plan, [job.job_id for job in live if self.cancel_job(job.job_id)]
 
     def detect_stuck_jobs(self) -> StuckReport:
         """Fail running jobs whose heartbeat expired; retry them if the policy says so.

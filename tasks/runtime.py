@@ -93,7 +93,7 @@ class Runtime:
         self.ledger = self.worker.ledger
         self.stamps = DispatchStamps(self.ledger.mark_dispatched, redactor=self.redactor)
         self.lifecycle = PlanLifecycleService(
-            self.plans, self.jobs, config.worker, enqueue=self.publish
+            self.plans, self.jobs, config.worker, enqueue=self.publish, redactor=self.redactor
         )
 
     def worker_id_for(self, pid: int) -> str:
