@@ -254,8 +254,11 @@ class Plan(BaseModel):
         """The pipeline as the CLI and the API show it (None without one)."""
         if self.pipeline_state is None:
             return None
+        state = self.pipeline_state.value
+        if self.pipeline_state is PipelineState.running and self.status in RERUNNABLE:
+            state = self.status.value  # its phase stopped it; `jobs retry` resumes it
         return {
-            "state": self.pipeline_state.value,
+            "state": state,
             "through": self.pipeline_through.value if self.pipeline_through else None,
             "approve_before": self.pipeline_gate.value if self.pipeline_gate else None,
         }

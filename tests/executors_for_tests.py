@@ -176,3 +176,16 @@ def _ascend(depth: int) -> None:
 def deep_user_bug(ctx: JobContext) -> None:
     """Raise from DEEP alternating frames down: a traceback far over the stored bound."""
     _descend(DEEP)
+
+
+def fails_first_attempt(ctx: JobContext) -> None:
+    """Fail the job's first attempt (a phase that a `jobs retry` then gets through)."""
+    if ctx.job.attempt == 1:
+        raise RuntimeError("first attempt fails")
+
+
+def waits_for_cancel(ctx: JobContext) -> None:
+    """Run until cancelled (at most 60 s), checking the token every 50 ms."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ctx.token.wait(0.05):
+        pass

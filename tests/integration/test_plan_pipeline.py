@@ -1,0 +1,315 @@
+"""Plans that run themselves: the pipeline, its approval gate and its audit trail.
+
+Real in-process Celery workers (threads) on Redis, the ledger on PostgreSQL and SQLite.
+Each guard has a test here that fails without it: the finish's compare-and-set (a
+duplicate finish queues nothing), the approval's compare-and-set (two at once: one wins),
+the gate itself, the stop on cancel and reject, `through`, and the input checks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from planq.domain.errors import (
+    InvalidPlanTransitionError,
+    NotAwaitingApprovalError,
+    PipelineError,
+    PlanNotFoundError,
+)
+from planq.domain.jobs import AsyncJobStatus
+from planq.domain.plans import PipelineState, Plan, PlanPhase, PlanStatus
+from planq.tasks.runtime import Runtime
+from tests.celery_support import embedded_runtime, make_app
+from tests.support import wait_for
+
+EXEC = "tests.executors_for_tests"
+
+
+@pytest.fixture(params=["postgres", "sqlite"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        request.getfixturevalue("pg_database")  # emptied
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    return f"sqlite:///{tmp_path / 'pipeline.db'}"
+
+
+def app_for(redis_url: str, database_url: str, **settings: Any) -> Celery:
+    return make_app(redis_url, database_url, auto_migrate=True, **settings)
+
+
+@pytest.fixture
+def runtime(redis_url: str, database_url: str) -> Iterator[Runtime]:
+    """A runtime with a real in-process worker consuming its phase tasks."""
+    with embedded_runtime(app_for(redis_url, database_url)) as rt:
+        yield rt
+
+
+@pytest.fixture
+def idle(redis_url: str, database_url: str) -> Iterator[Runtime]:
+    """A runtime with no consumer: the test runs the worker's steps itself."""
+    with embedded_runtime(app_for(redis_url, database_url), start=False) as rt:
+        yield rt
+
+
+def new_plan(rt: Runtime, name: str = "pipeline") -> Plan:
+    return rt.lifecycle.create_plan([{"name": "a", "seconds": 0.01}], name=name)
+
+
+def pipeline_reaches(rt: Runtime, plan_id: str, state: PipelineState) -> Plan:
+    def reached() -> Plan | None:
+        plan = rt.plans.get(plan_id)
+        return plan if plan is not None and plan.pipeline_state is state else None
+
+    found: Plan = wait_for(reached, timeout=30, what=f"pipeline of {plan_id} to be {state}")
+    return found
+
+
+def kinds(rt: Runtime, plan_id: str) -> list[tuple[str, str | None]]:
+    return [
+        (e.kind.value, e.phase.value if e.phase else None) for e in rt.lifecycle.plan_events(plan_id)
+    ]
+
+
+def phases_queued(rt: Runtime, plan_id: str) -> list[str]:
+    return [j.phase.value for j in rt.jobs.list_by_plan(plan_id)]
+
+
+def test_a_pipeline_runs_waits_at_its_gate_and_applies_once_approved(runtime: Runtime) -> None:
+    plan = new_plan(runtime)
+    result = runtime.app.tasks["planq.run_plan"].delay(
+        plan.plan_id, through="apply", approve_before="apply"
+    )
+    first = runtime.jobs.get(result.id)
+    assert first is not None and first.phase is PlanPhase.strategize
+
+    waiting = pipeline_reaches(runtime, plan.plan_id, PipelineState.awaiting_approval)
+    assert (waiting.phase, waiting.status) == (PlanPhase.execute, PlanStatus.complete)
+    assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute"]  # nothing past it
+
+    approved = runtime.lifecycle.approve_plan(plan.plan_id, actor="alice", note="looks right")
+    assert approved.job is not None and approved.job.phase is PlanPhase.apply
+    done = pipeline_reaches(runtime, plan.plan_id, PipelineState.done)
+    assert (done.phase, done.status) == (PlanPhase.apply, PlanStatus.complete)
+    assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute", "apply"]
+    assert all(j.status is AsyncJobStatus.succeeded for j in runtime.jobs.list_by_plan(plan.plan_id))
+    assert kinds(runtime, plan.plan_id) == [
+        ("queued", "strategize"),
+        ("started", "strategize"),
+        ("succeeded", "strategize"),
+        ("queued", "execute"),
+        ("started", "execute"),
+        ("succeeded", "execute"),
+        ("awaiting_approval", "apply"),
+        ("approved", "apply"),
+        ("queued", "apply"),
+        ("started", "apply"),
+        ("succeeded", "apply"),
+        ("done", "apply"),
+    ]
+    approval = [e for e in runtime.lifecycle.plan_events(plan.plan_id) if e.kind == "approved"]
+    assert (approval[0].actor, approval[0].note) == ("alice", "looks right")
+
+
+def test_through_stops_the_pipeline_after_that_phase(runtime: Runtime) -> None:
+    plan = new_plan(runtime)
+    runtime.lifecycle.run_plan(plan.plan_id, through="strategize")
+    done = pipeline_reaches(runtime, plan.plan_id, PipelineState.done)
+    assert done.label == "Strategize/COMPLETE"
+    assert phases_queued(runtime, plan.plan_id) == ["strategize"]
+    assert kinds(runtime, plan.plan_id)[-1] == ("done", "strategize")
+
+
+def test_a_duplicate_finish_never_queues_the_next_phase_twice(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    first = idle.lifecycle.run_plan(plan.plan_id, through="apply").job
+    assert first is not None
+    claimed = idle.ledger.claim(first.job_id, "w1")
+    assert claimed is not None and claimed.plan is not None
+    assert claimed.plan.pipeline_state is PipelineState.running
+    ledger = idle.ledger
+    assert ledger.finish(claimed.job, AsyncJobStatus.succeeded, worker_id="w1", pipeline=True)
+    # the same finish delivered again (a redelivered message, a retried write): refused
+    assert not ledger.finish(claimed.job, AsyncJobStatus.succeeded, worker_id="w1", pipeline=True)
+    assert idle.worker.run_job(first.job_id).value == "skipped"  # a duplicate delivery
+    assert phases_queued(idle, plan.plan_id) == ["strategize", "execute"]
+    assert [k for k in kinds(idle, plan.plan_id) if k[0] == "queued"] == [
+        ("queued", "strategize"),
+        ("queued", "execute"),
+    ]
+
+
+def test_two_approvals_at_once_one_wins_the_other_is_refused(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="execute")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.worker.run_job(job.job_id).value == "succeeded"
+    assert pipeline_reaches(idle, plan.plan_id, PipelineState.awaiting_approval)
+
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def approve(who: str) -> None:
+        barrier.wait()
+        try:
+            idle.lifecycle.approve_plan(plan.plan_id, actor=who)
+            outcomes.append("won")
+        except NotAwaitingApprovalError:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=approve, args=(who,)) for who in ("ann", "bob")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["refused", "won"]
+    assert phases_queued(idle, plan.plan_id) == ["strategize", "execute"]
+    assert [k for k in kinds(idle, plan.plan_id) if k[0] == "approved"] == [("approved", "execute")]
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_an_approval_and_a_rejection_at_once_one_decides(idle: Runtime, attempt: int) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="execute")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.worker.run_job(job.job_id).value == "succeeded"
+    barrier = threading.Barrier(2)
+    won: list[str] = []
+
+    def decide(approve: bool) -> None:
+        barrier.wait()
+        try:
+            if approve:
+                idle.lifecycle.approve_plan(plan.plan_id, actor="ann")
+            else:
+                idle.lifecycle.reject_plan(plan.plan_id, actor="bob")
+            won.append("approved" if approve else "rejected")
+        except NotAwaitingApprovalError:
+            pass
+
+    threads = [threading.Thread(target=decide, args=(flag,)) for flag in (True, False)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(won) == 1, won
+    final = idle.plans.get(plan.plan_id)
+    assert final is not None
+    decisions = [k for k in kinds(idle, plan.plan_id) if k[0] in ("approved", "rejected")]
+    assert decisions == [(won[0], "execute")]
+    if won == ["approved"]:
+        assert final.pipeline_state is PipelineState.running
+        assert phases_queued(idle, plan.plan_id) == ["strategize", "execute"]
+    else:
+        assert final.pipeline_state is PipelineState.rejected
+        assert phases_queued(idle, plan.plan_id) == ["strategize"]
+
+
+def test_reject_ends_the_pipeline_with_who_and_why(runtime: Runtime) -> None:
+    plan = new_plan(runtime)
+    runtime.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="apply")
+    pipeline_reaches(runtime, plan.plan_id, PipelineState.awaiting_approval)
+    rejected = runtime.lifecycle.reject_plan(plan.plan_id, actor="carol", note="not today")
+    assert rejected.pipeline_state is PipelineState.rejected
+    assert rejected.label == "Execute/COMPLETE"
+    with pytest.raises(NotAwaitingApprovalError):
+        runtime.lifecycle.approve_plan(plan.plan_id, actor="dave")
+    assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute"]
+    last = runtime.lifecycle.plan_events(plan.plan_id)[-1]
+    assert (last.kind, last.actor, last.note) == ("rejected", "carol", "not today")
+
+
+def test_cancel_while_waiting_stops_the_pipeline(runtime: Runtime) -> None:
+    plan = new_plan(runtime)
+    runtime.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="apply")
+    pipeline_reaches(runtime, plan.plan_id, PipelineState.awaiting_approval)
+    stopped, cancelled = runtime.worker.cancel_plan(plan.plan_id, actor="erin")
+    assert stopped.pipeline_state is PipelineState.cancelled and cancelled == []
+    with pytest.raises(NotAwaitingApprovalError):
+        runtime.lifecycle.approve_plan(plan.plan_id)
+    last = runtime.lifecycle.plan_events(plan.plan_id)[-1]
+    assert (last.kind, last.actor) == ("cancel_requested", "erin")
+
+
+def test_cancel_while_a_phase_runs_cancels_it_and_stops_the_pipeline(
+    redis_url: str, database_url: str
+) -> None:
+    app = app_for(redis_url, database_url, executors={"execute": f"{EXEC}:waits_for_cancel"})
+    with embedded_runtime(app) as rt:
+        plan = new_plan(rt)
+        rt.lifecycle.run_plan(plan.plan_id, through="apply")
+
+        def execute_running() -> bool:
+            jobs = rt.jobs.list_by_plan(plan.plan_id)
+            return any(j.phase is PlanPhase.execute and j.status is AsyncJobStatus.running for j in jobs)
+
+        wait_for(execute_running, timeout=30, what="execute to run")
+        stopped, cancelled = rt.worker.cancel_plan(plan.plan_id, actor="frank")
+        assert stopped.pipeline_state is PipelineState.cancelled and len(cancelled) == 1
+        row = wait_for(
+            lambda: (j := rt.jobs.get(cancelled[0])) is not None
+            and j.status is AsyncJobStatus.cancelled,
+            timeout=30,
+            what="the running phase to end cancelled",
+        )
+        assert row
+        final = rt.plans.get(plan.plan_id)
+        assert final is not None and final.label == "Execute/CANCELLED"
+        assert phases_queued(rt, plan.plan_id) == ["strategize", "execute"]
+        assert ("cancel_requested", "execute") in kinds(rt, plan.plan_id)
+        assert kinds(rt, plan.plan_id)[-1] == ("cancelled", "execute")
+
+
+def test_a_failed_phase_stops_the_pipeline_and_a_retry_resumes_it(
+    redis_url: str, database_url: str
+) -> None:
+    app = app_for(redis_url, database_url, executors={"execute": f"{EXEC}:fails_first_attempt"})
+    with embedded_runtime(app) as rt:
+        plan = new_plan(rt)
+        rt.lifecycle.run_plan(plan.plan_id, through="apply")
+
+        def failed() -> Plan | None:
+            found = rt.plans.get(plan.plan_id)
+            return found if found is not None and found.status is PlanStatus.failed else None
+
+        stopped = wait_for(failed, timeout=30, what="execute to fail")
+        assert stopped.label == "Execute/FAILED"
+        assert stopped.pipeline_dict() is not None
+        assert stopped.pipeline_dict()["state"] == "failed"  # type: ignore[index]
+        assert phases_queued(rt, plan.plan_id) == ["strategize", "execute"]
+        failed_job = rt.jobs.list_by_plan(plan.plan_id)[-1]
+        new, _ = rt.worker.retry_job(failed_job)
+        assert new is not None
+        done = pipeline_reaches(rt, plan.plan_id, PipelineState.done)
+        assert done.label == "Apply/COMPLETE"
+        assert ("retried", "execute") in kinds(rt, plan.plan_id)
+
+
+def test_bad_input_is_a_typed_error_and_writes_nothing(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    before = idle.plans.get(plan.plan_id)
+    task = idle.app.tasks["planq.run_plan"]
+    with pytest.raises(PipelineError, match="through must be one of"):
+        task.delay(plan.plan_id, through="deploy")
+    with pytest.raises(PipelineError, match="approve_before=apply must come after"):
+        task.delay(plan.plan_id, through="execute", approve_before="apply")
+    with pytest.raises(PipelineError, match="approve_before=strategize"):
+        task.delay(plan.plan_id, through="apply", approve_before="strategize")
+    with pytest.raises(NotAwaitingApprovalError):
+        idle.lifecycle.approve_plan(plan.plan_id, actor="gina")
+    with pytest.raises(PlanNotFoundError):
+        task.delay("01HXYZ01HXYZ01HXYZ01HXYZ01")
+    with pytest.raises(TypeError):
+        task.delay(plan.plan_id, "apply", None, "me", "extra")
+    assert idle.plans.get(plan.plan_id) == before
+    assert idle.jobs.list_by_plan(plan.plan_id) == []
+    assert idle.lifecycle.plan_events(plan.plan_id) == []
+    idle.lifecycle.run_plan(plan.plan_id, through="strategize")
+    with pytest.raises(InvalidPlanTransitionError):  # queued: nothing to start now
+        idle.lifecycle.run_plan(plan.plan_id, through="apply")
