@@ -1,0 +1,92 @@
+"""The plan pipeline over real HTTP: run, the gate (approve, a second approval 409, reject),
+cancel, the audit trail; token required. A real in-process worker, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planq.tasks.runtime import Runtime
+from tests.api_support import ApiServer
+from tests.integration.test_api import (  # noqa: F401  (fixtures)
+    api,
+    ledger_url,
+    runtime,
+    worker_app,
+)
+from tests.support import wait_for
+
+
+def pipeline_of(api: ApiServer, plan_id: str, state: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        doc: dict[str, Any] = api.get(f"/api/ledger/plans/{plan_id}").json()
+        pipeline = doc.get("pipeline") or {}
+        return doc if pipeline.get("state") == state else None
+
+    found: dict[str, Any] = wait_for(check, timeout=30, interval=0.05, what=f"pipeline {state}")
+    return found
+
+
+def new_plan(api: ApiServer) -> str:
+    created = api.post("/api/ledger/plans", json={"steps": [{"name": "a", "seconds": 0.01}]})
+    assert created.status_code == 201, created.text
+    plan_id: str = created.json()["plan_id"]
+    return plan_id
+
+
+def test_a_pipeline_through_the_api_waits_is_approved_once_and_keeps_its_trail(
+    api: ApiServer, runtime: Runtime
+) -> None:
+    plan_id = new_plan(api)
+    body = {"through": "apply", "approve_before": "apply", "by": "ci"}
+    assert api.post(f"/api/ledger/plans/{plan_id}/run", json=body, token=None).status_code == 401
+    started = api.post(f"/api/ledger/plans/{plan_id}/run", json=body)
+    assert started.status_code == 202, started.text
+    assert started.json()["job"]["phase"] == "strategize"
+    waiting = pipeline_of(api, plan_id, "awaiting_approval")
+    assert waiting["state"] == "Execute/COMPLETE"
+
+    unauth = api.post(f"/api/ledger/plans/{plan_id}/approve", json={}, token=None)
+    assert unauth.status_code == 401
+    approved = api.post(f"/api/ledger/plans/{plan_id}/approve", json={"by": "ann", "note": "ok"})
+    assert approved.status_code == 200, approved.text
+    assert approved.json()["job"]["phase"] == "apply"
+    again = api.post(f"/api/ledger/plans/{plan_id}/approve", json={"by": "bob"})
+    assert again.status_code == 409 and again.json()["error"] == "refused", again.text
+
+    done = pipeline_of(api, plan_id, "done")
+    assert done["state"] == "Apply/COMPLETE" and len(done["jobs"]) == 3
+    events = api.get(f"/api/ledger/plans/{plan_id}/events").json()
+    kinds = [e["kind"] for e in events]
+    assert kinds[0] == "queued" and kinds[-1] == "done"
+    approval = next(e for e in events if e["kind"] == "approved")
+    assert (approval["actor"], approval["note"]) == ("api:ann", "ok")
+    assert events[0]["actor"] == "api:ci"
+
+
+def test_bad_phases_are_422_and_reject_and_cancel_end_the_pipeline(
+    api: ApiServer, runtime: Runtime
+) -> None:
+    plan_id = new_plan(api)
+    bad = api.post(f"/api/ledger/plans/{plan_id}/run", json={"through": "deploy"})
+    assert bad.status_code == 422, bad.text
+    late = api.post(
+        f"/api/ledger/plans/{plan_id}/run", json={"through": "execute", "approve_before": "apply"}
+    )
+    assert late.status_code == 422, late.text
+    assert api.get(f"/api/ledger/plans/{plan_id}/events").json() == []
+    not_waiting = api.post(f"/api/ledger/plans/{plan_id}/reject", json={})
+    assert not_waiting.status_code == 409
+
+    api.post(f"/api/ledger/plans/{plan_id}/run", json={"approve_before": "execute"})
+    pipeline_of(api, plan_id, "awaiting_approval")
+    rejected = api.post(f"/api/ledger/plans/{plan_id}/reject", json={"note": "no"})
+    assert rejected.status_code == 200 and rejected.json()["pipeline"]["state"] == "rejected"
+
+    other = new_plan(api)
+    api.post(f"/api/ledger/plans/{other}/run", json={"approve_before": "apply"})
+    pipeline_of(api, other, "awaiting_approval")
+    cancelled = api.post(f"/api/ledger/plans/{other}/cancel", json={"by": "ops"})
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["pipeline"]["state"] == "cancelled"
+    last = api.get(f"/api/ledger/plans/{other}/events").json()[-1]
+    assert (last["kind"], last["actor"]) == ("cancel_requested", "api:ops")
