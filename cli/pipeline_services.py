@@ -58,7 +58,8 @@ def decide(
 def cancel_plan(session: Planq, plan_id: str, actor: str) -> tuple[Any, list[str]]:
     """(plan, ids of the jobs the cancel reached): the pipeline stops, its phase is cancelled."""
     plan = find_plan(session, plan_id)
-    return session.runtime.worker.cancel_plan(plan.plan_id, actor)
+    stopped, cancelled = session.runtime.worker.cancel_plan(plan.plan_id, actor)
+    return stopped, list(cancelled)
 
 
 def plan_events(session: Planq, plan_id: str) -> list[Any]:

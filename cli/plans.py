@@ -224,9 +224,7 @@ def _decide(plan_id: str, approve: bool, by: str | None, note: str | None, as_js
 
 @plans_app.command("approve")
 @boundary
-def approve(
-    plan_id: PlanId, note: Note = None, by: By = None, as_json: JsonOpt = False
-) -> None:
+def approve(plan_id: PlanId, note: Note = None, by: By = None, as_json: JsonOpt = False) -> None:
     """Let a plan waiting at its gate go on; exit 1 if it is not waiting (or was decided)."""
     _decide(plan_id, True, by, note, as_json)
 

@@ -94,8 +94,14 @@ EVENT_COLUMNS = ("at", "event", "phase", "by", "job", "note")
 def print_events(events: list[Any]) -> None:
     """A plan's audit trail, oldest first (times in the reader's zone)."""
     rows = (
-        [e.at, e.kind.value, e.phase.value if e.phase else "-", e.actor or "-", e.job_id or "-",
-         e.note or ""]
+        [
+            e.at,
+            e.kind.value,
+            e.phase.value if e.phase else "-",
+            e.actor or "-",
+            e.job_id or "-",
+            e.note or "",
+        ]
         for e in events
     )
     print_table("events", EVENT_COLUMNS, rows, empty="no events")

@@ -125,7 +125,7 @@ class PlanLifecycleService:
     # -- the pipeline (domain/pipeline.py): the plan runs its phases by itself ------------------
     def run_plan(
         self,
-        plan_id: str,
+        plan_id: object,
         through: object = PlanPhase.apply,
         approve_before: object = None,
         actor: object = None,
@@ -137,8 +137,9 @@ class PlanLifecycleService:
         InvalidPlanTransitionError) with nothing written.
         """
         ledger = self._pipeline_ledger()
-        job = ledger.pipeline.start(self.get_plan(plan_id), through, approve_before, actor)
-        return PhaseQueued(plan=self.get_plan(plan_id), job=job)
+        plan = self.get_plan(require_ulid("plan_id", plan_id))
+        job = ledger.pipeline.start(plan, through, approve_before, actor)
+        return PhaseQueued(plan=self.get_plan(plan.plan_id), job=job)
 
     def approve_plan(self, plan_id: str, actor: object = None, note: object = None) -> PhaseQueued:
         """Let a plan waiting at its gate go on: its next phase is queued (compare-and-set).

@@ -124,7 +124,9 @@ class PipelineRequest:
     def check(cls, start: PlanPhase, through: object, approve_before: object) -> PipelineRequest:
         """Refuse (PipelineError) a stop before the start, or a gate outside (start, through]."""
         stop = parse_phase("through", through)
-        gate = None if approve_before in (None, "") else parse_phase("approve_before", approve_before)
+        gate = (
+            None if approve_before in (None, "") else parse_phase("approve_before", approve_before)
+        )
         if ORDER.index(stop) < ORDER.index(start):
             raise PipelineError(
                 f"through={stop.value} comes before {start.value}, the phase this plan runs next"

@@ -32,7 +32,7 @@ from planq.domain.pipeline import (
     first_phase,
     waiting_for,
 )
-from planq.domain.plans import Plan, PipelineState, PlanPhase
+from planq.domain.plans import PipelineState, Plan, PlanPhase
 
 if TYPE_CHECKING:
     from planq.domain.ledger import JobLedger
@@ -209,9 +209,7 @@ class PipelineLedger:
                     if plan.pipeline_state in _ACTIVE:
                         self._set_state(plan, PipelineState.cancelled)
                     self.record(plan.plan_id, EventKind.cancel_requested, plan.phase, actor=who)
-                live = [
-                    j for j in self.ledger.jobs.list_by_plan(plan_id) if not j.is_terminal
-                ]
+                live = [j for j in self.ledger.jobs.list_by_plan(plan_id) if not j.is_terminal]
                 return plan, live
             except ConcurrentUpdateError:
                 continue  # the finish advanced it meanwhile: read it again

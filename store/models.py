@@ -7,10 +7,10 @@ from typing import Any
 
 from sqlalchemy import (
     CheckConstraint,
-    ForeignKey,
     DateTime,
     Dialect,
     Float,
+    ForeignKey,
     Index,
     Integer,
     MetaData,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
-
-from datetime import datetime
 
 from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
 from planq.domain.pipeline import PlanEvent
@@ -126,12 +125,7 @@ class SqlPlanStore(CheckedPlanStore):
 
     def _list_events(self, plan_id: str, limit: int) -> list[PlanEvent]:
         """A plan's events, oldest first (ix_plan_events_plan_id_at)."""
-        stmt = (
-            select(E)
-            .where(E.plan_id == plan_id.upper())
-            .order_by(E.at, E.event_id)
-            .limit(limit)
-        )
+        stmt = select(E).where(E.plan_id == plan_id.upper()).order_by(E.at, E.event_id).limit(limit)
         with self.db.session() as s:
             return [
                 PlanEvent.model_validate({n: getattr(r, n) for n in _EVENT_FIELDS})

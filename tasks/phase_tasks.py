@@ -150,7 +150,7 @@ class RunPlanTask(Task):  # type: ignore[misc]
             )
         given.update(kwargs or {})
         queued = runtime_for(self.app).lifecycle.run_plan(
-            given.get("plan_id"),
+            given.get("plan_id"),  # checked there: InvalidIdError
             given.get("through", PlanPhase.apply.value),
             given.get("approve_before"),
             given.get("actor", "producer"),

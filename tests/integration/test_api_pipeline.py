@@ -1,5 +1,7 @@
-"""The plan pipeline over real HTTP: run, the gate (approve, a second approval 409, reject),
-cancel, the audit trail; token required. A real in-process worker, SQLite and PostgreSQL."""
+"""The plan pipeline over real HTTP: run, the gate, cancel and the trail; token required.
+
+Approve, a second approval (409), reject; a real in-process worker, SQLite and PostgreSQL.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +9,14 @@ from typing import Any
 
 from planq.tasks.runtime import Runtime
 from tests.api_support import ApiServer
-from tests.integration.test_api import (  # noqa: F401  (fixtures)
-    api,
-    ledger_url,
-    runtime,
-    worker_app,
-)
+from tests.integration import test_api as api_tests
 from tests.support import wait_for
+
+# The admin API's fixtures (a real worker, the API over HTTP, SQLite and PostgreSQL).
+ledger_url = api_tests.ledger_url
+worker_app = api_tests.worker_app
+runtime = api_tests.runtime
+api = api_tests.api
 
 
 def pipeline_of(api: ApiServer, plan_id: str, state: str) -> dict[str, Any]:

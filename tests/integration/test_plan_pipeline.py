@@ -73,7 +73,8 @@ def pipeline_reaches(rt: Runtime, plan_id: str, state: PipelineState) -> Plan:
 
 def kinds(rt: Runtime, plan_id: str) -> list[tuple[str, str | None]]:
     return [
-        (e.kind.value, e.phase.value if e.phase else None) for e in rt.lifecycle.plan_events(plan_id)
+        (e.kind.value, e.phase.value if e.phase else None)
+        for e in rt.lifecycle.plan_events(plan_id)
     ]
 
 
@@ -98,7 +99,9 @@ def test_a_pipeline_runs_waits_at_its_gate_and_applies_once_approved(runtime: Ru
     done = pipeline_reaches(runtime, plan.plan_id, PipelineState.done)
     assert (done.phase, done.status) == (PlanPhase.apply, PlanStatus.complete)
     assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute", "apply"]
-    assert all(j.status is AsyncJobStatus.succeeded for j in runtime.jobs.list_by_plan(plan.plan_id))
+    assert all(
+        j.status is AsyncJobStatus.succeeded for j in runtime.jobs.list_by_plan(plan.plan_id)
+    )
     assert kinds(runtime, plan.plan_id) == [
         ("queued", "strategize"),
         ("started", "strategize"),
@@ -247,14 +250,18 @@ def test_cancel_while_a_phase_runs_cancels_it_and_stops_the_pipeline(
 
         def execute_running() -> bool:
             jobs = rt.jobs.list_by_plan(plan.plan_id)
-            return any(j.phase is PlanPhase.execute and j.status is AsyncJobStatus.running for j in jobs)
+            return any(
+                j.phase is PlanPhase.execute and j.status is AsyncJobStatus.running for j in jobs
+            )
 
         wait_for(execute_running, timeout=30, what="execute to run")
         stopped, cancelled = rt.worker.cancel_plan(plan.plan_id, actor="frank")
         assert stopped.pipeline_state is PipelineState.cancelled and len(cancelled) == 1
         row = wait_for(
-            lambda: (j := rt.jobs.get(cancelled[0])) is not None
-            and j.status is AsyncJobStatus.cancelled,
+            lambda: (
+                (j := rt.jobs.get(cancelled[0])) is not None
+                and j.status is AsyncJobStatus.cancelled
+            ),
             timeout=30,
             what="the running phase to end cancelled",
         )

@@ -44,7 +44,9 @@ def upgrade() -> None:
         sa.Column("actor", sa.String(length=200), nullable=True),
         sa.Column("note", sa.Text(), nullable=True),
         sa.CheckConstraint(f"kind IN {KINDS}", name=op.f("ck_plan_events_kind")),
-        sa.CheckConstraint(f"phase IS NULL OR phase IN {PHASES}", name=op.f("ck_plan_events_phase")),
+        sa.CheckConstraint(
+            f"phase IS NULL OR phase IN {PHASES}", name=op.f("ck_plan_events_phase")
+        ),
         sa.ForeignKeyConstraint(
             ["plan_id"],
             ["plans.plan_id"],
