@@ -220,6 +220,12 @@ class Plan(BaseModel):
             raise InvalidPlanTransitionError(
                 self.plan_id, self.label, plan_label(wanted, PlanStatus.queued)
             )
+        if self.pipeline_state is PipelineState.awaiting_approval:  # only approval passes
+            raise InvalidPlanTransitionError(
+                self.plan_id,
+                f"{self.label} (awaiting approval)",
+                plan_label(wanted, PlanStatus.queued),
+            )
         # both fields move together (assigning one at a time would trip the validator)
         self.__dict__.update(phase=wanted, status=PlanStatus.queued)
         self.updated_at = utcnow()

@@ -26,6 +26,7 @@ from planq.store.validation import (
     check_checkpoint_json,
     check_error_message,
     check_error_traceback,
+    check_event,
     check_flag,
     check_fresh_jobs,
     check_id,
@@ -436,9 +437,7 @@ class CheckedPlanStore(ABC):
 
     def add_event(self, event: PlanEvent) -> None:
         """Append one event to its plan's trail (PlanNotFoundError if the plan is gone)."""
-        if not isinstance(event, PlanEvent):
-            raise TypeError(f"expected a PlanEvent, got {type(event).__name__}")
-        check_id("plan_id", event.plan_id)
+        check_event(event)
         self._add_event(event)
 
     def list_events(self, plan_id: str, limit: int = 500) -> list[PlanEvent]:

@@ -18,6 +18,7 @@ from planq.domain.transitions import (
     CANCEL_QUEUED,
     CLAIM,
     EXPIRE,
+    GATED,
     PLAN_STATUS_FOR_JOB,
     UNDELIVERABLE,
     JobMove,
@@ -172,7 +173,10 @@ class InMemoryJobStore(CheckedJobStore):
             plans = self._shared.plans
             allowed = phase_queue_move(jobs[0].phase).sources
             current = [None if plans is None else plans.get(j.plan_id) for j in jobs]
-            if any(p is None or (p.phase, p.status) not in allowed for p in current):
+            if any(
+                p is None or (p.phase, p.status) not in allowed or p.pipeline_state is GATED
+                for p in current
+            ):
                 return None
             if any(j.job_id in self._rows for j in jobs):
                 raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200])

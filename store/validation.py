@@ -24,6 +24,7 @@ from planq.domain.bounds import (
     describe,
 )
 from planq.domain.errors import BoundsError, WrongTypeError
+from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.jobs import (
     TERMINAL_STATUSES,
     AsyncJob,
@@ -72,6 +73,24 @@ def check_plan(plan: object) -> None:
     if not isinstance(plan, Plan):
         raise WrongTypeError("plan", "must be a Plan", describe(plan))
     plan.check_fields()
+
+
+def check_event(event: object) -> None:
+    """TypeError unless event is a PlanEvent; BoundsError if its ids or texts do not fit."""
+    if not isinstance(event, PlanEvent):
+        raise WrongTypeError("event", "must be a PlanEvent", describe(event))
+    check_id("plan_id", event.plan_id)
+    if event.job_id is not None:
+        check_id("job_id", event.job_id)
+    check_pipeline_text(event)
+
+
+def check_pipeline_text(event: PlanEvent) -> None:
+    """An event's actor and note fit their columns (the domain bounds them the same way)."""
+    if event.actor is not None:
+        check_text("actor", event.actor, MAX_ACTOR_LENGTH)
+    if event.note is not None:
+        check_text("note", event.note, MAX_NOTE_LENGTH)
 
 
 def check_id(field: str, value: object) -> str:

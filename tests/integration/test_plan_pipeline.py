@@ -320,3 +320,46 @@ def test_bad_input_is_a_typed_error_and_writes_nothing(idle: Runtime) -> None:
     idle.lifecycle.run_plan(plan.plan_id, through="strategize")
     with pytest.raises(InvalidPlanTransitionError):  # queued: nothing to start now
         idle.lifecycle.run_plan(plan.plan_id, through="apply")
+
+
+def test_a_plan_waiting_at_its_gate_cannot_be_queued_past_it(runtime: Runtime) -> None:
+    plan = new_plan(runtime)
+    runtime.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="apply")
+    waiting = pipeline_reaches(runtime, plan.plan_id, PipelineState.awaiting_approval)
+    with pytest.raises(InvalidPlanTransitionError, match="awaiting approval"):
+        runtime.app.tasks["planq.apply_plan"].delay(plan.plan_id)
+    assert runtime.plans.get(plan.plan_id) == waiting
+    assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute"]
+
+
+def test_a_next_phase_committed_but_never_published_is_sent_by_the_relay_once(
+    runtime: Runtime,
+) -> None:
+    """The window between the finish's commit and the publish (a process that dies there)."""
+    lost: list[str] = []
+
+    def dies_before_publishing(jobs: Any) -> None:
+        lost.extend(j.job_id for j in jobs)
+        raise ConnectionError("the process died before it published")
+
+    runtime.ledger.enqueue = dies_before_publishing
+    plan = new_plan(runtime)
+    first = runtime.lifecycle.run_plan(plan.plan_id, through="execute").job
+    assert first is not None  # published by the lifecycle's own ledger, as run_plan does
+
+    def execute_queued_unsent() -> bool:
+        jobs = runtime.jobs.list_by_plan(plan.plan_id)
+        return [j.phase for j in jobs] == [PlanPhase.strategize, PlanPhase.execute]
+
+    wait_for(execute_queued_unsent, timeout=30, what="execute queued by the finish")
+    assert len(lost) == 1
+    row = runtime.jobs.get(lost[0])
+    assert row is not None and row.status is AsyncJobStatus.queued and row.dispatched_at is None
+    runtime.ledger.enqueue = runtime.publish  # a live process's relay
+    assert runtime.worker.relay_dispatch(unsent_grace=0.0) == [lost[0]]
+    done = pipeline_reaches(runtime, plan.plan_id, PipelineState.done)
+    assert done.label == "Execute/COMPLETE"
+    assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute"]
+    assert [k for k in kinds(runtime, plan.plan_id) if k == ("started", "execute")] == [
+        ("started", "execute")
+    ]
