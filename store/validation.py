@@ -24,7 +24,6 @@ from planq.domain.bounds import (
     describe,
 )
 from planq.domain.errors import BoundsError, WrongTypeError
-from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.jobs import (
     TERMINAL_STATUSES,
     AsyncJob,
@@ -36,6 +35,7 @@ from planq.domain.jobs import (
     check_progress,
     check_worker_id,
 )
+from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.plans import Plan
 
 __all__ = [
