@@ -64,9 +64,9 @@ def test_the_pipeline_comes_and_goes_with_every_plan_kept(url: str) -> None:
             extra = ", " + ", ".join(PIPELINE)
             conn.execute(text(PLAN.format(extra=extra, value=", 'apply', 'apply', 'done'")))
             conn.execute(text(EVENT))
-            with pytest.raises(Exception, match="ck_plan_events_kind"):
-                with conn.begin_nested():
-                    conn.execute(text(EVENT.replace("'awaiting_approval'", "'teleported'")))
+            bad = EVENT.replace("'awaiting_approval'", "'teleported'").replace("E000", "E001")
+            with pytest.raises(Exception, match="ck_plan_events_kind"), conn.begin_nested():
+                conn.execute(text(bad))
 
         downgrade(url, "0006_error_traceback")
         assert not any(c in _plan_columns(db) for c in PIPELINE)
