@@ -93,8 +93,9 @@ def _out(plan: object, job: object | None) -> PipelineOut:
     status_code=202,
     responses={404: {}, 409: {}, 422: {}, 503: {}},
 )
-def run_plan(planq: Session, plan_id: PlanId, body: RunIn) -> PipelineOut:
+def run_plan(planq: Session, plan_id: PlanId, body: RunIn | None = None) -> PipelineOut:
     """Store a pipeline on the plan and queue its next phase; the rest follow by themselves."""
+    body = body or RunIn()
     plan, job = pipeline_services.run_plan(
         planq, plan_id, body.through, body.approve_before, _actor(body.by)
     )
@@ -102,22 +103,25 @@ def run_plan(planq: Session, plan_id: PlanId, body: RunIn) -> PipelineOut:
 
 
 @router.post("/plans/{plan_id}/approve", dependencies=WRITE, responses={404: {}, 409: {}})
-def approve_plan(planq: Session, plan_id: PlanId, body: DecisionIn) -> PipelineOut:
+def approve_plan(planq: Session, plan_id: PlanId, body: DecisionIn | None = None) -> PipelineOut:
     """Let a plan waiting at its gate go on; 409 if it is not waiting (or was decided)."""
+    body = body or DecisionIn()
     plan, job = pipeline_services.decide(planq, plan_id, True, _actor(body.by), body.note)
     return _out(plan, job)
 
 
 @router.post("/plans/{plan_id}/reject", dependencies=WRITE, responses={404: {}, 409: {}})
-def reject_plan(planq: Session, plan_id: PlanId, body: DecisionIn) -> PipelineOut:
+def reject_plan(planq: Session, plan_id: PlanId, body: DecisionIn | None = None) -> PipelineOut:
     """Stop a plan waiting at its gate; 409 if it is not waiting (or was decided)."""
+    body = body or DecisionIn()
     plan, _ = pipeline_services.decide(planq, plan_id, False, _actor(body.by), body.note)
     return _out(plan, None)
 
 
 @router.post("/plans/{plan_id}/cancel", dependencies=WRITE, responses={404: {}})
-def cancel_plan(planq: Session, plan_id: PlanId, body: CancelIn) -> PlanCancelOut:
+def cancel_plan(planq: Session, plan_id: PlanId, body: CancelIn | None = None) -> PlanCancelOut:
     """Cancel the whole plan: its pipeline stops, its running phase is cancelled."""
+    body = body or CancelIn()
     plan, cancelled = pipeline_services.cancel_plan(planq, plan_id, _actor(body.by))
     return PlanCancelOut(
         plan=PlanOut.of(plan), pipeline=plan.pipeline_dict(), cancelled_jobs=cancelled

@@ -93,3 +93,24 @@ def test_bad_phases_are_422_and_reject_and_cancel_end_the_pipeline(
     assert cancelled.json()["pipeline"]["state"] == "cancelled"
     last = api.get(f"/api/ledger/plans/{other}/events").json()[-1]
     assert (last["kind"], last["actor"]) == ("cancel_requested", "api:ops")
+
+
+def test_the_plan_page_shows_the_gate_and_its_buttons_approve_it(
+    api: ApiServer, runtime: Runtime
+) -> None:
+    plan_id = new_plan(api)
+    page = api.get(f"/dashboard/fragments/plan/{plan_id}")  # the page's content
+    assert page.status_code == 200 and "<h3>Pipeline</h3>" not in page.text  # none yet
+    api.post(f"/api/ledger/plans/{plan_id}/run", json={"approve_before": "apply", "by": "ci"})
+    pipeline_of(api, plan_id, "awaiting_approval")
+    page = api.get(f"/dashboard/fragments/plan/{plan_id}").text
+    assert 'data-pipeline="awaiting_approval"' in page
+    approve = f'data-post="/api/ledger/plans/{plan_id}/approve"'
+    assert approve in page and f'data-post="/api/ledger/plans/{plan_id}/reject"' in page
+    assert 'data-event="awaiting_approval"' in page
+    clicked = api.post(f"/api/ledger/plans/{plan_id}/approve")  # as the button sends it: no body
+    assert clicked.status_code == 200, clicked.text
+    pipeline_of(api, plan_id, "done")
+    page = api.get(f"/dashboard/fragments/plan/{plan_id}").text
+    assert 'data-pipeline="done"' in page and approve not in page
+    assert 'data-event="approved"' in page and 'data-event="done"' in page
