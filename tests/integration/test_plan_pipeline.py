@@ -137,6 +137,9 @@ def test_a_duplicate_finish_never_queues_the_next_phase_twice(idle: Runtime) -> 
     assert claimed is not None and claimed.plan is not None
     assert claimed.plan.pipeline_state is PipelineState.running
     ledger = idle.ledger
+    # another worker finishing an attempt of the same job (it lost the claim): fenced
+    assert not ledger.finish(claimed.job, AsyncJobStatus.succeeded, worker_id="w2", pipeline=True)
+    assert phases_queued(idle, plan.plan_id) == ["strategize"]
     assert ledger.finish(claimed.job, AsyncJobStatus.succeeded, worker_id="w1", pipeline=True)
     # the same finish delivered again (a redelivered message, a retried write): refused
     assert not ledger.finish(claimed.job, AsyncJobStatus.succeeded, worker_id="w1", pipeline=True)
