@@ -24,12 +24,18 @@ def cli_user() -> str:
 
 
 def run_plan(
-    session: Planq, plan_id: str, through: str, approve_before: str | None, actor: str
+    session: Planq,
+    plan_id: str,
+    through: str,
+    approve_before: str | None,
+    actor: str,
+    approval_timeout: float | None = None,
 ) -> tuple[Any, Any]:
     """(plan, first job as stored): the pipeline stored and its first phase queued."""
     find_plan(session, plan_id)  # a bad or unknown id first, before the broker
     session.require_broker()
-    queued = session.runtime.lifecycle.run_plan(plan_id, through, approve_before, actor)
+    lifecycle = session.runtime.lifecycle
+    queued = lifecycle.run_plan(plan_id, through, approve_before, actor, approval_timeout)
     session.runtime.stamps.flush()
     job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
     return queued.plan, job

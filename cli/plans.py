@@ -198,13 +198,19 @@ def run(
         str | None,
         typer.Option("--approve-before", help="Wait for `plans approve` before this phase."),
     ] = None,
+    approval_timeout: Annotated[
+        float | None,
+        typer.Option("--approval-timeout", help="Seconds to wait at the gate, then expire."),
+    ] = None,
     by: By = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the plan's phases by themselves through PHASE; exit 2 on bad phases, 1 if busy."""
     with planq() as session:
         actor = by or pipeline_services.cli_user()
-        plan, job = pipeline_services.run_plan(session, plan_id, through, approve_before, actor)
+        plan, job = pipeline_services.run_plan(
+            session, plan_id, through, approve_before, actor, approval_timeout
+        )
     if as_json:
         emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
     else:

@@ -129,16 +129,18 @@ class PlanLifecycleService:
         through: object = PlanPhase.apply,
         approve_before: object = None,
         actor: object = None,
+        approval_timeout: object = None,
     ) -> PhaseQueued:
         """Queue the plan's next phase with a pipeline that queues the rest by itself.
 
-        It stops after `through` and waits for a person before `approve_before`. Bad input
+        It stops after `through` and waits for a person before `approve_before` (for at
+        most `approval_timeout` seconds, then it ends `expired`). Bad input
         is a typed error (InvalidIdError, PlanNotFoundError, PipelineError,
         InvalidPlanTransitionError) with nothing written.
         """
         ledger = self._pipeline_ledger()
         plan = self.get_plan(require_ulid("plan_id", plan_id))
-        job = ledger.pipeline.start(plan, through, approve_before, actor)
+        job = ledger.pipeline.start(plan, through, approve_before, actor, approval_timeout)
         return PhaseQueued(plan=self.get_plan(plan.plan_id), job=job)
 
     def approve_plan(self, plan_id: str, actor: object = None, note: object = None) -> PhaseQueued:

@@ -14,7 +14,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from planq.domain.bounds import MAX_STEP_NAME_LENGTH, check_text
+from planq.domain.bounds import (
+    MAX_DURATION_SECONDS,
+    MAX_STEP_NAME_LENGTH,
+    check_number,
+    check_text,
+)
 from planq.domain.clock import as_utc, utcnow
 from planq.domain.errors import PipelineError
 from planq.domain.ids import new_id
@@ -40,6 +45,7 @@ class EventKind(StrEnum):
     rejected = "rejected"
     retried = "retried"
     done = "done"
+    expired = "expired"
 
 
 class PlanEvent(BaseModel):
@@ -119,10 +125,25 @@ class PipelineRequest:
     start: PlanPhase
     through: PlanPhase
     gate: PlanPhase | None
+    approval_timeout: float | None = None
 
     @classmethod
-    def check(cls, start: PlanPhase, through: object, approve_before: object) -> PipelineRequest:
-        """Refuse (PipelineError) a stop before the start, or a gate outside (start, through]."""
+    def check(
+        cls,
+        start: PlanPhase,
+        through: object,
+        approve_before: object,
+        approval_timeout: object = None,
+    ) -> PipelineRequest:
+        """Refuse (PipelineError) a stop before the start, or a gate outside (start, through].
+
+        An approval timeout (seconds, BoundsError outside its range) needs a gate.
+        """
+        timeout = None
+        if approval_timeout is not None:
+            timeout = check_number("approval_timeout", approval_timeout, 0.1, MAX_DURATION_SECONDS)
+            if approve_before in (None, ""):
+                raise PipelineError("approval_timeout needs approve_before: there is no gate")
         stop = parse_phase("through", through)
         gate = (
             None if approve_before in (None, "") else parse_phase("approve_before", approve_before)
@@ -136,7 +157,7 @@ class PipelineRequest:
                 f"approve_before={gate.value} must come after {start.value} and no later than "
                 f"through={stop.value}"
             )
-        return cls(start, stop, gate)
+        return cls(start, stop, gate, timeout)
 
 
 class Step(StrEnum):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from planq.domain.clock import utcnow
@@ -94,7 +95,12 @@ class PipelineLedger:
 
     # -- run: queue the first phase and store the pipeline, one transaction ---------------
     def start(
-        self, plan: Plan, through: object, approve_before: object, actor: object = None
+        self,
+        plan: Plan,
+        through: object,
+        approve_before: object,
+        actor: object = None,
+        approval_timeout: object = None,
     ) -> AsyncJob:
         """Store the pipeline on the plan and queue its first phase; the job (published).
 
@@ -105,13 +111,14 @@ class PipelineLedger:
         start = first_phase(plan)
         if start is None:
             raise InvalidPlanTransitionError(plan.plan_id, plan.label, "a pipeline")
-        request = PipelineRequest.check(start, through, approve_before)
+        request = PipelineRequest.check(start, through, approve_before, approval_timeout)
         who = check_actor(actor)
         job = AsyncJob(plan_id=plan.plan_id, phase=start)
         with self.ledger.jobs.transaction():
             plan.pipeline_through = request.through
             plan.pipeline_gate = request.gate
             plan.pipeline_state = PipelineState.running
+            plan.pipeline_approval_timeout = request.approval_timeout
             self._plans.update(plan)  # ConcurrentUpdateError: it moved since it was read
             gate = request.gate.value if request.gate else "none"
             self._queue(job, who, f"pipeline through {request.through.value}, gate {gate}")
@@ -215,9 +222,34 @@ class PipelineLedger:
                 continue  # the finish advanced it meanwhile: read it again
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while it was cancelled")
 
+    # -- expiry: a gate nobody decided in time ------------------------------------------------
+    def expire_waiting(self, limit: int = 100) -> list[str]:
+        """End plans waiting past their approval timeout as `expired`; their ids.
+
+        Each is the same compare-and-set as a decision (the plan's version): an approval
+        that wins first leaves it alone. The wait counts from entering the gate (the
+        plan's `updated_at`, which nothing else moves while it waits).
+        """
+        now = utcnow()
+        expired: list[str] = []
+        for plan in self._plans.list_awaiting(limit):
+            timeout = plan.pipeline_approval_timeout
+            if timeout is None or plan.updated_at + timedelta(seconds=timeout) > now:
+                continue
+            phase, note = waiting_for(plan), f"no decision within {timeout:g} s"
+            try:
+                with self.ledger.jobs.transaction():
+                    self._set_state(plan, PipelineState.expired)
+                    self.record(plan.plan_id, EventKind.expired, phase, actor="timeout", note=note)
+            except ConcurrentUpdateError:
+                continue  # decided meanwhile
+            expired.append(plan.plan_id)
+        return expired
+
     # -- helpers ------------------------------------------------------------------------------
     def _set_state(self, plan: Plan, state: PipelineState) -> None:
         plan.pipeline_state = state
+        plan.updated_at = utcnow()  # an expiry counts the wait at the gate from here
         self._plans.update(plan)
 
     def _queue(self, job: AsyncJob, actor: str | None = None, note: str | None = None) -> AsyncJob:

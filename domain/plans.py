@@ -54,6 +54,7 @@ class PipelineState(StrEnum):
     done = "done"  #: `through` succeeded
     rejected = "rejected"  #: a person said no at the gate
     cancelled = "cancelled"  #: the whole plan was cancelled
+    expired = "expired"  #: nobody decided within its approval timeout
 
 
 RERUNNABLE = frozenset({PlanStatus.failed, PlanStatus.cancelled})
@@ -156,6 +157,8 @@ class Plan(BaseModel):
     pipeline_through: PlanPhase | None = None
     pipeline_gate: PlanPhase | None = None
     pipeline_state: PipelineState | None = None
+    #: Seconds a decision may take once the plan waits at its gate (None: no limit).
+    pipeline_approval_timeout: float | None = None
 
     @field_validator("plan_id")
     @classmethod
@@ -267,4 +270,7 @@ class Plan(BaseModel):
             "state": state,
             "through": self.pipeline_through.value if self.pipeline_through else None,
             "approve_before": self.pipeline_gate.value if self.pipeline_gate else None,
+            "approval_timeout": None
+            if self.pipeline_approval_timeout is None
+            else f"{self.pipeline_approval_timeout:g}",
         }

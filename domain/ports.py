@@ -238,6 +238,9 @@ class PlanStore(Protocol):
     def remove(self, plan_id: str) -> bool:
         """Delete a plan; whether it existed."""
 
+    def list_awaiting(self, limit: int = 100) -> list[Plan]:
+        """Plans waiting at their gate with an approval timeout, longest waiting first."""
+
     def add_event(self, event: PlanEvent) -> None:
         """Append one event to its plan's audit trail (PlanNotFoundError if the plan is gone)."""
 

@@ -435,6 +435,11 @@ class CheckedPlanStore(ABC):
     @abstractmethod
     def _remove(self, plan_id: str) -> bool: ...
 
+    def list_awaiting(self, limit: int = 100) -> list[Plan]:
+        """Plans waiting at their gate with an approval timeout, longest waiting first."""
+        check_list_limit(limit)
+        return self._list_awaiting(limit)
+
     def add_event(self, event: PlanEvent) -> None:
         """Append one event to its plan's trail (PlanNotFoundError if the plan is gone)."""
         check_event(event)
@@ -451,6 +456,9 @@ class CheckedPlanStore(ABC):
         check_moment("cutoff", cutoff)
         check_batch_size(batch_size)
         return self._delete_events_before(cutoff, batch_size)
+
+    @abstractmethod
+    def _list_awaiting(self, limit: int | None) -> list[Plan]: ...
 
     @abstractmethod
     def _add_event(self, event: PlanEvent) -> None: ...

@@ -12,7 +12,7 @@ from planq.domain.availability import Availability
 from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError, PlanNotFoundError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import PlanEvent
-from planq.domain.plans import Plan
+from planq.domain.plans import PipelineState, Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.domain.transitions import (
     CANCEL_QUEUED,
@@ -451,6 +451,18 @@ class InMemoryPlanStore(CheckedPlanStore):
             for event in [e for e in self._events.values() if e.plan_id == plan_id.upper()]:
                 del self._events[event.event_id]
             return self._rows.pop(plan_id.upper(), None) is not None
+
+    def _list_awaiting(self, limit: int | None) -> list[Plan]:
+        """Plans at their gate with a timeout, longest waiting first."""
+        with self._shared.lock:
+            found = [
+                p
+                for p in self._rows.values()
+                if p.pipeline_state is PipelineState.awaiting_approval
+                and p.pipeline_approval_timeout is not None
+            ]
+        found.sort(key=lambda p: (p.updated_at, p.plan_id))
+        return [p.model_copy() for p in (found if limit is None else found[:limit])]
 
     def _add_event(self, event: PlanEvent) -> None:
         """Append one event."""

@@ -147,6 +147,7 @@ class PlanModel(Base):
     pipeline_through: Mapped[str | None] = mapped_column(String(16))
     pipeline_gate: Mapped[str | None] = mapped_column(String(16))
     pipeline_state: Mapped[str | None] = mapped_column(String(24))
+    pipeline_approval_timeout: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (
         CheckConstraint(f"phase IS NULL OR {_in('phase', PHASES)}", name="phase"),

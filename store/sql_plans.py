@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 
 from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
 from planq.domain.pipeline import PlanEvent
-from planq.domain.plans import Plan
+from planq.domain.plans import PipelineState, Plan
 from planq.domain.ports import Ledger
 from planq.store.checked import CheckedPlanStore
 from planq.store.database import Database
@@ -34,7 +34,7 @@ def to_values(plan: Plan) -> dict[str, Any]:
     data = plan.model_dump()
     data["phase"] = plan.phase.value if plan.phase else None
     data["status"] = plan.status.value if plan.status else None
-    for name in ("pipeline_through", "pipeline_gate", "pipeline_state"):
+    for name in ("pipeline_through", "pipeline_gate", "pipeline_state"):  # enums as text
         value = getattr(plan, name)
         data[name] = value.value if value is not None else None
     return {name: data[name] for name in _FIELDS}
@@ -109,6 +109,20 @@ class SqlPlanStore(CheckedPlanStore):
         """DELETE one plan."""
         with self.db.session() as s:
             return bool(s.execute(delete(P).where(P.plan_id == plan_id.upper())).rowcount)  # type: ignore[attr-defined]
+
+    def _list_awaiting(self, limit: int | None) -> list[Plan]:
+        """Plans at their gate with a timeout, longest waiting first (a few: no index)."""
+        stmt = (
+            select(P)
+            .where(
+                P.pipeline_state == PipelineState.awaiting_approval.value,
+                P.pipeline_approval_timeout.is_not(None),
+            )
+            .order_by(P.updated_at, P.plan_id)
+            .limit(limit)
+        )
+        with self.db.session() as s:
+            return [to_domain(r) for r in s.scalars(stmt)]
 
     # -- the audit trail (append-only) ---------------------------------------------------
     def _add_event(self, event: PlanEvent) -> None:

@@ -399,7 +399,20 @@ class AsyncWorker:
                 new = self._maybe_retry(stored)
                 if new is not None:
                     report.retried[job.job_id] = new.job_id
+        self._expire_gates()
         return report
+
+    def _expire_gates(self) -> None:
+        """End plans nobody approved within their approval timeout (the same sweep)."""
+        if self.plan_store is None:
+            return
+        try:
+            expired = self.ledger.pipeline.expire_waiting()
+        except Exception:  # one sweep's failure must not stop the job sweep's report
+            logger.exception("could not expire plans waiting past their approval timeout")
+            return
+        if expired:
+            logger.info("%d plan(s) expired at their approval gate: %s", len(expired), expired)
 
     def cleanup_expired_jobs(self) -> int:
         """Delete terminal rows older than job_ttl, in bounded batches."""

@@ -135,7 +135,7 @@ class RunPlanTask(Task):  # type: ignore[misc]
     ignore_result = True
     typing = False
     throws = (InvalidJobMessage,)
-    _ARGS = ("plan_id", "through", "approve_before", "actor")
+    _ARGS = ("plan_id", "through", "approve_before", "actor", "approval_timeout")
 
     def apply_async(
         self, args: Any = None, kwargs: Any = None, **options: Any
@@ -145,7 +145,7 @@ class RunPlanTask(Task):  # type: ignore[misc]
         extra = set(kwargs or {}) - set(self._ARGS)
         if len(args or ()) > len(self._ARGS) or extra or set(given) & set(kwargs or {}):
             raise TypeError(
-                f"{self.name} takes plan_id, through, approve_before and actor "
+                f"{self.name} takes plan_id, through, approve_before, actor, approval_timeout "
                 f"(got args={len(args or ())}, kwargs={sorted(kwargs or {})})"
             )
         given.update(kwargs or {})
@@ -154,6 +154,7 @@ class RunPlanTask(Task):  # type: ignore[misc]
             given.get("through", PlanPhase.apply.value),
             given.get("approve_before"),
             given.get("actor", "producer"),
+            given.get("approval_timeout"),
         )
         return None if queued.job is None else self.AsyncResult(queued.job.job_id)
 

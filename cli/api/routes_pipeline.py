@@ -32,6 +32,9 @@ class RunIn(BaseModel):
     through: str = Field("apply", max_length=16)
     approve_before: str | None = Field(None, max_length=16)
     by: str | None = Field(None, max_length=200, description="Who, for the audit trail.")
+    approval_timeout: float | None = Field(
+        None, description="Seconds a decision may take at the gate; then the plan expires."
+    )
 
 
 class DecisionIn(BaseModel):
@@ -97,7 +100,7 @@ def run_plan(planq: Session, plan_id: PlanId, body: RunIn | None = None) -> Pipe
     """Store a pipeline on the plan and queue its next phase; the rest follow by themselves."""
     body = body or RunIn()
     plan, job = pipeline_services.run_plan(
-        planq, plan_id, body.through, body.approve_before, _actor(body.by)
+        planq, plan_id, body.through, body.approve_before, _actor(body.by), body.approval_timeout
     )
     return _out(plan, job)
 

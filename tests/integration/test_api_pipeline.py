@@ -76,6 +76,8 @@ def test_bad_phases_are_422_and_reject_and_cancel_end_the_pipeline(
         f"/api/ledger/plans/{plan_id}/run", json={"through": "execute", "approve_before": "apply"}
     )
     assert late.status_code == 422, late.text
+    no_gate = api.post(f"/api/ledger/plans/{plan_id}/run", json={"approval_timeout": 60})
+    assert no_gate.status_code == 422 and "approve_before" in no_gate.json()["message"]
     assert api.get(f"/api/ledger/plans/{plan_id}/events").json() == []
     not_waiting = api.post(f"/api/ledger/plans/{plan_id}/reject", json={})
     assert not_waiting.status_code == 409

@@ -66,6 +66,8 @@ def test_bad_phases_exit_2_and_reject_and_cancel_end_the_pipeline(
     assert "through must be one of" in cli_tests.fails(2, "plans", "run", plan_id, "--through", "x")
     cli_tests.fails(2, "plans", "run", plan_id, "--through", "execute", "--approve-before", "apply")
     cli_tests.fails(1, "plans", "reject", plan_id)
+    line = cli_tests.fails(2, "plans", "run", plan_id, "--approval-timeout", "60")
+    assert "needs approve_before" in line
     assert cli_tests.ok_json("plans", "show", plan_id)["events"] == []
     assert ledger.jobs.list_by_plan(plan_id) == []
 

@@ -17,6 +17,7 @@ import pytest
 from celery import Celery
 
 from planq.domain.errors import (
+    BoundsError,
     InvalidPlanTransitionError,
     NotAwaitingApprovalError,
     PipelineError,
@@ -366,3 +367,40 @@ def test_a_next_phase_committed_but_never_published_is_sent_by_the_relay_once(
     assert [k for k in kinds(runtime, plan.plan_id) if k == ("started", "execute")] == [
         ("started", "execute")
     ]
+
+
+def test_a_gate_nobody_decides_in_time_expires_the_plan(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(
+        plan.plan_id, through="apply", approve_before="execute", approval_timeout=0.5
+    )
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.worker.run_job(job.job_id).value == "succeeded"
+    assert idle.plans.get(plan.plan_id).pipeline_state is PipelineState.awaiting_approval  # type: ignore[union-attr]
+    idle.worker.detect_stuck_jobs()  # too early: still waiting
+    assert idle.plans.get(plan.plan_id).pipeline_state is PipelineState.awaiting_approval  # type: ignore[union-attr]
+
+    def expired() -> Plan | None:
+        idle.worker.detect_stuck_jobs()  # the beat sweep that also ends forgotten gates
+        found = idle.plans.get(plan.plan_id)
+        return found if found and found.pipeline_state is PipelineState.expired else None
+
+    ended = wait_for(expired, timeout=30, what="the gate to expire")
+    assert ended.label == "Strategize/COMPLETE"
+    with pytest.raises(NotAwaitingApprovalError):
+        idle.lifecycle.approve_plan(plan.plan_id, actor="late")
+    last = idle.lifecycle.plan_events(plan.plan_id)[-1]
+    assert (last.kind, last.phase, last.actor) == ("expired", PlanPhase.execute, "timeout")
+    assert phases_queued(idle, plan.plan_id) == ["strategize"]
+
+
+def test_an_approval_timeout_needs_a_gate_and_a_sane_number(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    with pytest.raises(PipelineError, match="needs approve_before"):
+        idle.lifecycle.run_plan(plan.plan_id, through="apply", approval_timeout=60)
+    with pytest.raises(BoundsError, match="approval_timeout"):
+        idle.lifecycle.run_plan(
+            plan.plan_id, through="apply", approve_before="apply", approval_timeout=-1
+        )
+    assert idle.jobs.list_by_plan(plan.plan_id) == []
+    assert idle.lifecycle.plan_events(plan.plan_id) == []

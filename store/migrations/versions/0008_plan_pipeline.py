@@ -3,12 +3,12 @@
 Revision ID: 0008_plan_pipeline
 Revises: 0006_error_traceback
 
-Three nullable columns on plans (where the pipeline stops, the phase it waits before, its
-state; NULL on every plan without one, so the spec's plans are unchanged; no CHECK, so
-SQLite adds them in place without rebuilding the table: the domain's enums check them) and the
-append-only plan_events table (the audit trail, cleaned by the jobs' TTL). Adding nullable
-columns without a default rewrites no row on PostgreSQL. Another branch adds 0007 in
-parallel: the merger rechains down_revision.
+Four nullable columns on plans (where the pipeline stops, the phase it waits before, its
+state, how long a decision may take; NULL on every plan without one, so the spec's plans
+are unchanged; no CHECK, so SQLite adds them in place without rebuilding the table: the
+domain's enums check them) and the append-only plan_events table (the audit trail,
+cleaned by the jobs' TTL). Adding nullable columns without a default rewrites no row on
+PostgreSQL. Another branch adds 0007 in parallel: the merger rechains down_revision.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ depends_on = None
 PHASES = "('strategize', 'execute', 'apply')"
 KINDS = (
     "('queued', 'started', 'succeeded', 'failed', 'cancelled', 'cancel_requested', "
-    "'awaiting_approval', 'approved', 'rejected', 'retried', 'done')"
+    "'awaiting_approval', 'approved', 'rejected', 'retried', 'done', 'expired')"
 )
 
 
@@ -33,6 +33,7 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column("pipeline_through", sa.String(length=16), nullable=True))
         batch_op.add_column(sa.Column("pipeline_gate", sa.String(length=16), nullable=True))
         batch_op.add_column(sa.Column("pipeline_state", sa.String(length=24), nullable=True))
+        batch_op.add_column(sa.Column("pipeline_approval_timeout", sa.Float(), nullable=True))
     op.create_table(
         "plan_events",
         sa.Column("event_id", sa.String(length=26), nullable=False),
@@ -64,6 +65,7 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_plan_events_plan_id_at"), table_name="plan_events")
     op.drop_table("plan_events")
     with op.batch_alter_table("plans", schema=None) as batch_op:
+        batch_op.drop_column("pipeline_approval_timeout")
         batch_op.drop_column("pipeline_state")
         batch_op.drop_column("pipeline_gate")
         batch_op.drop_column("pipeline_through")
