@@ -19,7 +19,7 @@ from planq.domain.jobs import AsyncJob
 from planq.domain.ledger import JobLedger
 from planq.domain.pipeline import PlanEvent
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import JobStore, PlanStore
+from planq.domain.ports import JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
 
 logger = logging.getLogger("planq.lifecycle")
@@ -163,8 +163,15 @@ class PlanLifecycleService:
         return self.plans.list_events(self.get_plan(plan_id).plan_id, limit)
 
     def _pipeline_ledger(self) -> JobLedger:
+        """The ledger, if a pipeline can run here: jobs enabled, plans and jobs one ledger.
+
+        A pipeline's steps commit with the finish that causes them, which two stores (the
+        spec's composition) cannot do: there it is a ConfigurationError, nothing written.
+        """
         if self.ledger is None or not self.config.enabled:
             raise ConfigurationError("a plan pipeline needs the job ledger (jobs are disabled)")
+        if not one_ledger(self.ledger.jobs, self.plans):
+            raise ConfigurationError("a plan pipeline needs its plans and jobs in one ledger")
         return self.ledger
 
     def _raise_refusal(self, ids: list[str], phase: PlanPhase) -> None:

@@ -109,6 +109,10 @@ class PipelineLedger:
         with nothing written. A plan that changed since it was read loses (optimistic).
         """
         start = first_phase(plan)
+        if plan.pipeline_state is PipelineState.awaiting_approval:  # only a decision passes
+            raise InvalidPlanTransitionError(
+                plan.plan_id, f"{plan.label} (awaiting approval)", "a new pipeline"
+            )
         if start is None:
             raise InvalidPlanTransitionError(plan.plan_id, plan.label, "a pipeline")
         request = PipelineRequest.check(start, through, approve_before, approval_timeout)
