@@ -196,17 +196,32 @@ class JobLedger:
             traceback=self.redact_traceback(traceback),
         )
 
-    def cancel(self, job_id: str) -> CancelOutcome:
-        """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
+    def cancel(self, job_id: str, actor: str | None = None) -> CancelOutcome:
+        """Record a cancel durably; a queued job ends at once, a running one is asked to stop.
+
+        On a pipeline's plan the request is an event too (who asked: `actor`), in the same
+        transaction.
+        """
         with self.jobs.transaction():  # the job store checks job_id, at its port
             outcome = self.jobs.cancel(job_id, utcnow())
             if outcome is CancelOutcome.cancelled:
                 job = self.jobs.get(job_id)
                 assert job is not None
-                self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+                plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+                self._audit_cancel(plan, job, actor)
+            elif outcome is CancelOutcome.requested and actor and self.plans is not None:
+                job = self.jobs.get(job_id)  # only a request someone named is read back
+                assert job is not None
+                self._audit_cancel(self.plans.get(job.plan_id), job, actor)
             return outcome
 
-    def cancel_queued(self, job_id: str) -> bool:
+    def _audit_cancel(self, plan: Plan | None, job: AsyncJob, actor: str | None) -> None:
+        if actor is not None and plan is not None and plan.pipeline_state is not None:
+            self.pipeline.record(
+                plan.plan_id, EventKind.cancel_requested, job.phase, job.job_id, actor
+            )
+
+    def cancel_queued(self, job_id: str, actor: str | None = None) -> bool:
         """End the job if it is still queued (its plan with it); whether this call ended it.
 
         What a node that does not run the job does with a revoke nobody recorded: one
@@ -217,7 +232,8 @@ class JobLedger:
                 return False
             job = self.jobs.get(job_id)
             assert job is not None
-            self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+            plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+            self._audit_cancel(plan, job, actor)
             return True
 
     def expire_stuck(

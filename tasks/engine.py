@@ -341,7 +341,7 @@ class AsyncWorker:
         return new, True
 
     # -- operator actions --------------------------------------------------------------
-    def cancel_job(self, job_id: str) -> bool:
+    def cancel_job(self, job_id: str, actor: str | None = None) -> bool:
         """Record the cancel durably, trip the token here, broadcast; False if unknown/ended.
 
         Written once, here. Counted once: here when this process runs the job or nothing
@@ -351,7 +351,7 @@ class AsyncWorker:
         if not isinstance(job_id, str) or not job_id.strip():
             raise ValueError("job_id must be a non-empty string")
         job_id = job_id.strip().upper()  # normalised once, here at the boundary
-        outcome = self.ledger.cancel(job_id)
+        outcome = self.ledger.cancel(job_id, actor)  # actor: who asked, for a pipeline's trail
         if not outcome.accepted:
             metrics.cancel_requested(outcome.value)
             return False

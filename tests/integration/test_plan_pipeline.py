@@ -404,3 +404,36 @@ def test_an_approval_timeout_needs_a_gate_and_a_sane_number(idle: Runtime) -> No
         )
     assert idle.jobs.list_by_plan(plan.plan_id) == []
     assert idle.lifecycle.plan_events(plan.plan_id) == []
+
+
+def test_cancelling_a_pipelines_phase_job_records_who_and_stops_it(
+    redis_url: str, database_url: str
+) -> None:
+    app = app_for(redis_url, database_url, executors={"execute": f"{EXEC}:waits_for_cancel"})
+    with embedded_runtime(app) as rt:
+        plan = new_plan(rt)
+        rt.lifecycle.run_plan(plan.plan_id, through="apply")
+
+        def execute_running() -> str | None:
+            for job in rt.jobs.list_by_plan(plan.plan_id):
+                if job.phase is PlanPhase.execute and job.status is AsyncJobStatus.running:
+                    return job.job_id
+            return None
+
+        job_id = wait_for(execute_running, timeout=30, what="execute to run")
+        assert rt.worker.cancel_job(job_id, actor="cli:ops")
+        stopped = wait_for(
+            lambda: (
+                (p := rt.plans.get(plan.plan_id)) is not None
+                and p.status is PlanStatus.cancelled
+                and p
+            ),
+            timeout=30,
+            what="the phase to end cancelled",
+        )
+        assert stopped.pipeline_dict()["state"] == "cancelled"  # type: ignore[index]
+        assert phases_queued(rt, plan.plan_id) == ["strategize", "execute"]
+        trail = rt.lifecycle.plan_events(plan.plan_id)
+        asked = [e for e in trail if e.kind == "cancel_requested"]
+        assert [(e.job_id, e.actor) for e in asked] == [(job_id, "cli:ops")]
+        assert trail[-1].kind == "cancelled"
