@@ -437,3 +437,18 @@ def test_cancelling_a_pipelines_phase_job_records_who_and_stops_it(
         asked = [e for e in trail if e.kind == "cancel_requested"]
         assert [(e.job_id, e.actor) for e in asked] == [(job_id, "cli:ops")]
         assert trail[-1].kind == "cancelled"
+
+
+def test_a_note_or_actor_with_a_secret_is_stored_redacted(idle: Runtime) -> None:
+    secret = "hunter2secret"
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="execute", approve_before="execute")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.worker.run_job(job.job_id).value == "succeeded"
+    idle.lifecycle.reject_plan(
+        plan.plan_id, actor=f"ops password={secret}", note=f"token leaked: password={secret}"
+    )
+    last = idle.lifecycle.plan_events(plan.plan_id)[-1]
+    assert last.kind == "rejected" and last.note is not None and last.actor is not None
+    assert secret not in last.note and secret not in last.actor
+    assert last.note.startswith("token leaked:")
