@@ -452,3 +452,16 @@ def test_a_note_or_actor_with_a_secret_is_stored_redacted(idle: Runtime) -> None
     assert last.kind == "rejected" and last.note is not None and last.actor is not None
     assert secret not in last.note and secret not in last.actor
     assert last.note.startswith("token leaked:")
+
+
+def test_the_ttl_cleanup_removes_old_events_with_old_jobs(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="strategize")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.worker.run_job(job.job_id).value == "succeeded"
+    assert len(idle.lifecycle.plan_events(plan.plan_id)) == 4  # queued, started, succeeded, done
+    assert idle.ledger.cleanup(3600.0) == 0  # nothing is an hour old
+    assert len(idle.lifecycle.plan_events(plan.plan_id)) == 4
+    assert idle.ledger.cleanup(0.0) == 1  # everything ended before now: the job and its trail
+    assert idle.lifecycle.plan_events(plan.plan_id) == []
+    assert idle.plans.get(plan.plan_id) is not None  # the plan itself is not the TTL's
