@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
@@ -130,10 +130,10 @@ class SqlPlanStore(CheckedPlanStore):
         values = event.model_dump()
         values["kind"] = event.kind.value
         values["phase"] = event.phase.value if event.phase else None
+        row = {name: values[name] for name in _EVENT_FIELDS}
         with self.db.session() as s:
-            try:
-                with s.begin_nested():
-                    s.add(E(**{name: values[name] for name in _EVENT_FIELDS}))
+            try:  # one INSERT, no savepoint: a refusal rolls the caller's transaction back
+                s.execute(insert(E).values(**row))
             except IntegrityError as exc:
                 raise PlanNotFoundError(event.plan_id) from exc
 

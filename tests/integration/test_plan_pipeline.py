@@ -465,3 +465,14 @@ def test_the_ttl_cleanup_removes_old_events_with_old_jobs(idle: Runtime) -> None
     assert idle.ledger.cleanup(0.0) == 1  # everything ended before now: the job and its trail
     assert idle.lifecycle.plan_events(plan.plan_id) == []
     assert idle.plans.get(plan.plan_id) is not None  # the plan itself is not the TTL's
+
+
+def test_an_event_for_a_plan_that_is_gone_is_refused_and_nothing_is_kept(idle: Runtime) -> None:
+    from planq.domain.ids import new_id
+    from planq.domain.pipeline import EventKind, PlanEvent
+
+    with pytest.raises(PlanNotFoundError):
+        idle.plans.add_event(PlanEvent(plan_id=new_id(), kind=EventKind.approved))
+    plan = new_plan(idle)
+    idle.plans.add_event(PlanEvent(plan_id=plan.plan_id, kind=EventKind.approved, actor="ann"))
+    assert [e.actor for e in idle.lifecycle.plan_events(plan.plan_id)] == ["ann"]
