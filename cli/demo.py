@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from planq.cli.demo_pipeline import PipelineDemoError, run_pipeline_demo
 from planq.domain.errors import EmbeddedWorkerError, PlanqError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
@@ -315,9 +316,11 @@ def run_demo() -> int:
 
         _cancel_running_job(runtime, app, console)
         console.print()
+        run_pipeline_demo(runtime, app, console)  # a plan that runs itself through a gate
+        console.print()
         console.print(_ledger_table(runtime))
         console.print(_plans_table(runtime))
-    except (DemoError, PlanqError) as exc:
+    except (DemoError, PipelineDemoError, PlanqError) as exc:
         console.print(f"[bold red]demo failed:[/bold red] {exc}")
         code = 1
     except KeyboardInterrupt:

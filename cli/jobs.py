@@ -68,10 +68,18 @@ def show(job_id: JobId, as_json: JsonOpt = False) -> None:
 
 @jobs_app.command("cancel")
 @boundary
-def cancel(job_id: JobId, as_json: JsonOpt = False) -> None:
+def cancel(
+    job_id: JobId,
+    by: Annotated[
+        str | None, typer.Option("--by", help="Who cancels, for a pipeline plan's audit trail.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Cancel: a queued job ends now, a running one is asked to stop; exit 1 if it has ended."""
+    from planq.cli.pipeline_services import cli_user
+
     with planq() as session:
-        outcome, after = services.cancel_job(session, job_id)
+        outcome, after = services.cancel_job(session, job_id, by or cli_user())
     if as_json:
         emit_json({"outcome": outcome, "job": job_dict(after)})
     else:

@@ -138,12 +138,15 @@ def classify(exc: Exception) -> CliError | None:
         InvalidJobTransitionError,
         InvalidPlanTransitionError,
         LedgerUnavailableError,
+        NotAwaitingApprovalError,
         PlanqError,
     )
 
     if isinstance(exc, CliError):
         return exc
-    if isinstance(exc, InvalidPlanTransitionError | InvalidJobTransitionError):
+    if isinstance(
+        exc, InvalidPlanTransitionError | InvalidJobTransitionError | NotAwaitingApprovalError
+    ):
         return Refused(one_line(exc))
     if isinstance(exc, ConcurrentUpdateError):
         return Refused(f"{one_line(exc)} (try again)")

@@ -9,10 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from planq.cli import limits, services
+from planq.cli import limits, pipeline_services, services
 from planq.cli.context import planq
 from planq.cli.output import BadInput, boundary, emit_json, print_fields, warn
-from planq.cli.views import job_dict, print_jobs, print_plans
+from planq.cli.views import job_dict, print_events, print_jobs, print_plans
 
 plans_app = typer.Typer(help="Plans and their phase jobs.", no_args_is_help=True)
 
@@ -73,13 +73,33 @@ def show(plan_id: PlanId, as_json: JsonOpt = False) -> None:
     """One plan and its phase jobs (in the order they ran)."""
     with planq() as session:
         plan, jobs = services.plan_jobs(session, plan_id)
-    if as_json:
-        emit_json({**plan.as_cli_dict(), "jobs": [job_dict(j) for j in jobs]})
-        return
+        if as_json:
+            events = pipeline_services.plan_events(session, plan_id)
+            emit_json(
+                {
+                    **plan.as_cli_dict(),
+                    "jobs": [job_dict(j) for j in jobs],
+                    "events": [e.as_cli_dict() for e in events],
+                }
+            )
+            return
+        events = pipeline_services.plan_events(session, plan_id)
     data = plan.as_cli_dict()
     data["steps"] = ", ".join(s.get("name", "?") for s in plan.steps) or "-"
+    data["pipeline"] = _pipeline_line(plan)
     print_fields(f"plan {plan.plan_id}", data)
     print_jobs("jobs", jobs, empty="no jobs yet (run `planq plans strategize ID`)")
+    if events:
+        print_events(events)
+
+
+def _pipeline_line(plan: Any) -> str:
+    """'awaiting_approval (through apply, approve before apply)', or '-'."""
+    info = plan.pipeline_dict()
+    if info is None:
+        return "-"
+    gate = f", approve before {info['approve_before']}" if info["approve_before"] else ""
+    return f"{info['state']} (through {info['through']}{gate})"
 
 
 @plans_app.command("list")
@@ -170,3 +190,80 @@ def watch(
     limits.check_watch(timeout, interval)
     with planq() as session:
         watch_plan(session, plan_id, timeout, interval, as_json)
+
+
+# -- the pipeline: a plan that runs its phases by itself ------------------------------------
+By = Annotated[
+    str | None, typer.Option("--by", help="Who does this, for the audit trail (default: you).")
+]
+Note = Annotated[str | None, typer.Option("--note", help="Why, for the audit trail.")]
+
+
+@plans_app.command("run")
+@boundary
+def run(
+    plan_id: PlanId,
+    through: Annotated[
+        str, typer.Option("--through", help="The last phase to run (strategize/execute/apply).")
+    ] = "apply",
+    approve_before: Annotated[
+        str | None,
+        typer.Option("--approve-before", help="Wait for `plans approve` before this phase."),
+    ] = None,
+    approval_timeout: Annotated[
+        float | None,
+        typer.Option("--approval-timeout", help="Seconds to wait at the gate, then expire."),
+    ] = None,
+    by: By = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the plan's phases by themselves through PHASE; exit 2 on bad phases, 1 if busy."""
+    with planq() as session:
+        actor = by or pipeline_services.cli_user()
+        plan, job = pipeline_services.run_plan(
+            session, plan_id, through, approve_before, actor, approval_timeout
+        )
+    if as_json:
+        emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
+    else:
+        print_fields(f"plan {plan.plan_id} is {plan.label}: {_pipeline_line(plan)}", job_dict(job))
+
+
+def _decide(plan_id: str, approve: bool, by: str | None, note: str | None, as_json: bool) -> None:
+    with planq() as session:
+        actor = by or pipeline_services.cli_user()
+        plan, job = pipeline_services.decide(session, plan_id, approve, actor, note)
+    if as_json:
+        emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
+    else:
+        verb = "approved" if approve else "rejected"
+        print_fields(f"plan {plan.plan_id} {verb}: {_pipeline_line(plan)}", plan.as_cli_dict())
+
+
+@plans_app.command("approve")
+@boundary
+def approve(plan_id: PlanId, note: Note = None, by: By = None, as_json: JsonOpt = False) -> None:
+    """Let a plan waiting at its gate go on; exit 1 if it is not waiting (or was decided)."""
+    _decide(plan_id, True, by, note, as_json)
+
+
+@plans_app.command("reject")
+@boundary
+def reject(plan_id: PlanId, note: Note = None, by: By = None, as_json: JsonOpt = False) -> None:
+    """Stop a plan waiting at its gate; exit 1 if it is not waiting (or was decided)."""
+    _decide(plan_id, False, by, note, as_json)
+
+
+@plans_app.command("cancel")
+@boundary
+def cancel(plan_id: PlanId, by: By = None, as_json: JsonOpt = False) -> None:
+    """Cancel the whole plan: its pipeline stops and its running phase is cancelled."""
+    with planq() as session:
+        actor = by or pipeline_services.cli_user()
+        plan, cancelled = pipeline_services.cancel_plan(session, plan_id, actor)
+    if as_json:
+        emit_json({"plan": plan.as_cli_dict(), "cancelled_jobs": cancelled})
+    else:
+        print_fields(
+            f"plan {plan.plan_id} cancelled", {"pipeline": _pipeline_line(plan), "jobs": cancelled}
+        )

@@ -88,6 +88,25 @@ def plan_row(plan: Any) -> list[object]:
     ]
 
 
+EVENT_COLUMNS = ("at", "event", "phase", "by", "job", "note")
+
+
+def print_events(events: list[Any]) -> None:
+    """A plan's audit trail, oldest first (times in the reader's zone)."""
+    rows = (
+        [
+            e.at,
+            e.kind.value,
+            e.phase.value if e.phase else "-",
+            e.actor or "-",
+            e.job_id or "-",
+            e.note or "",
+        ]
+        for e in events
+    )
+    print_table("events", EVENT_COLUMNS, rows, empty="no events")
+
+
 def print_plans(title: str, plans: list[Any], footer: str | None = None) -> None:
     """A plans table."""
     rows = (plan_row(p) for p in plans)

@@ -201,3 +201,16 @@ class BoundsError(PlanqError, ValueError):
 
 class WrongTypeError(BoundsError, TypeError):
     """A value has the wrong type for its boundary (a BoundsError, and a TypeError too)."""
+
+
+class PipelineError(PlanqError, ValueError):
+    """A pipeline request that cannot be: an unknown phase, or phases in the wrong order."""
+
+
+class NotAwaitingApprovalError(PlanqError):
+    """The plan is not waiting at an approval gate (never was, or someone decided first)."""
+
+    def __init__(self, plan_id: str, state: str) -> None:
+        self.plan_id = plan_id
+        self.state = state
+        super().__init__(f"plan {plan_id} is not awaiting approval (pipeline: {state})")

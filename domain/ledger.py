@@ -20,6 +20,8 @@ from planq.domain.errors import (
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
+from planq.domain.pipeline import EventKind
+from planq.domain.pipeline_ledger import Enqueue, PipelineLedger
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
@@ -69,7 +71,9 @@ class JobLedger:
         jobs: JobStore,
         plans: PlanStore | None = None,
         redactor: Redactor = BUILTIN,
+        *,
         outages: OutageMonitor | None = None,
+        enqueue: Enqueue | None = None,
     ) -> None:
         self.jobs = jobs
         self.plans = plans
@@ -77,6 +81,11 @@ class JobLedger:
         self.redactor = redactor
         #: This process's outage monitor: the job path's writes report into it.
         self.outages = PROCESS_OUTAGES if outages is None else outages
+        #: Publishes a job a pipeline queued, after its transaction commits (the normal
+        #: path: the runtime's publish; the dispatch relay covers a process that dies first).
+        self.enqueue = enqueue
+        #: The pipeline's writes (run, advance, approve, reject, stop), in this ledger.
+        self.pipeline = PipelineLedger(self)
 
     def redact_error(self, error: str | None) -> str | None:
         """An error as this ledger stores it: redacted, printable, bounded."""
@@ -179,14 +188,26 @@ class JobLedger:
         worker_id: str | None = None,
         *,
         traceback: str | None = None,
+        pipeline: bool = False,
     ) -> bool:
         """End a running job (held by worker_id, if given); False if it is not ours any more.
 
         Nothing is written twice: a job that already ended, or that a sweep took from this
         worker, is left as it is. A failed job's error and traceback are redacted and
-        bounded here and written by the same one statement that ends it.
+        bounded here and written by the same one statement that ends it. `pipeline` (the
+        claim saw one on the plan): the finish and the pipeline's next step (the next
+        phase's job, the gate, its events) commit in one transaction, then the new job is
+        published.
         """
         stored_error, stored_traceback = self.redact_error(error), self.redact_traceback(traceback)
+        if pipeline and self.plans is not None and one_ledger(self.jobs, self.plans):
+            return ride_out_outage(
+                lambda: self.pipeline.finish(
+                    job, status, stored_error, worker_id, stored_traceback
+                ),
+                f"finish {job.job_id}",
+                monitor=self.outages,
+            )
         return ride_out_outage(
             lambda: self.jobs.finish(
                 job.job_id,
@@ -201,17 +222,32 @@ class JobLedger:
             monitor=self.outages,
         )
 
-    def cancel(self, job_id: str) -> CancelOutcome:
-        """Record a cancel durably; a queued job ends at once, a running one is asked to stop."""
+    def cancel(self, job_id: str, actor: str | None = None) -> CancelOutcome:
+        """Record a cancel durably; a queued job ends at once, a running one is asked to stop.
+
+        On a pipeline's plan the request is an event too (who asked: `actor`), in the same
+        transaction.
+        """
         with self.jobs.transaction():  # the job store checks job_id, at its port
             outcome = self.jobs.cancel(job_id, utcnow())
             if outcome is CancelOutcome.cancelled:
                 job = self.jobs.get(job_id)
                 assert job is not None
-                self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+                plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+                self._audit_cancel(plan, job, actor)
+            elif outcome is CancelOutcome.requested and actor and self.plans is not None:
+                job = self.jobs.get(job_id)  # only a request someone named is read back
+                assert job is not None
+                self._audit_cancel(self.plans.get(job.plan_id), job, actor)
             return outcome
 
-    def cancel_queued(self, job_id: str) -> bool:
+    def _audit_cancel(self, plan: Plan | None, job: AsyncJob, actor: str | None) -> None:
+        if actor is not None and plan is not None and plan.pipeline_state is not None:
+            self.pipeline.record(
+                plan.plan_id, EventKind.cancel_requested, job.phase, job.job_id, actor
+            )
+
+    def cancel_queued(self, job_id: str, actor: str | None = None) -> bool:
         """End the job if it is still queued (its plan with it); whether this call ended it.
 
         What a node that does not run the job does with a revoke nobody recorded: one
@@ -222,7 +258,8 @@ class JobLedger:
                 return False
             job = self.jobs.get(job_id)
             assert job is not None
-            self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+            plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
+            self._audit_cancel(plan, job, actor)
             return True
 
     def expire_stuck(
@@ -303,7 +340,9 @@ class JobLedger:
         try:
             with self.jobs.transaction():
                 self.jobs.add(new)  # retry_of is unique: a second sweeper's insert loses here
-                self._follow(job.plan_id, job.phase, AsyncJobStatus.queued)
+                plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.queued)
+                if plan is not None and plan.pipeline_state is not None:
+                    self.pipeline.record(plan.plan_id, EventKind.retried, job.phase, new.job_id)
         except DuplicateJobError:
             return None
         return new
@@ -312,7 +351,10 @@ class JobLedger:
         """Delete terminal rows older than job_ttl; how many."""
         ttl = check_number("job_ttl", job_ttl, 0.0, MAX_DURATION_SECONDS)
         cutoff = utcnow() - timedelta(seconds=ttl)
-        return self.jobs.delete_terminal_before(cutoff, batch_size)
+        deleted = self.jobs.delete_terminal_before(cutoff, batch_size)
+        if self.plans is not None:  # the plans' audit trail ages out with the jobs
+            self.plans.delete_events_before(cutoff, batch_size)
+        return deleted
 
     def dispatch_due(
         self, unsent_grace: float, resend_grace: float, limit: int = 100

@@ -8,12 +8,19 @@ from dataclasses import dataclass
 
 from planq.domain.bounds import MAX_BATCH
 from planq.domain.config import AsyncWorkerConfig
-from planq.domain.errors import BatchError, ConcurrentUpdateError, PlanNotFoundError
+from planq.domain.errors import (
+    BatchError,
+    ConcurrentUpdateError,
+    ConfigurationError,
+    PlanNotFoundError,
+)
 from planq.domain.ids import require_ulid
 from planq.domain.jobs import AsyncJob
 from planq.domain.ledger import JobLedger
+from planq.domain.pipeline import PlanEvent
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import JobStore, PlanStore
+from planq.domain.ports import JobStore, PlanStore, one_ledger
+from planq.domain.redaction import BUILTIN, Redactor
 
 logger = logging.getLogger("planq.lifecycle")
 
@@ -42,13 +49,14 @@ class PlanLifecycleService:
         jobs: JobStore | None = None,
         config: AsyncWorkerConfig | None = None,
         enqueue: Enqueue | None = None,
+        redactor: Redactor = BUILTIN,
     ) -> None:
         self.plans = plans
         self.jobs = jobs
         self.config = config or AsyncWorkerConfig()
         self.enqueue = enqueue
         #: The door every job write goes through, the queue included (domain/ledger.py).
-        self.ledger = None if jobs is None else JobLedger(jobs, plans)
+        self.ledger = None if jobs is None else JobLedger(jobs, plans, redactor, enqueue=enqueue)
 
     def create_plan(self, steps: Steps, name: str = "") -> Plan:
         """Store a new plan with these steps.
@@ -142,6 +150,58 @@ class PlanLifecycleService:
             except Exception:  # the rows are durable; the dispatch relay publishes them later
                 logger.exception("%d job(s) committed but not published; the relay will", len(jobs))
         return [PhaseQueued(plan=by_id[job.plan_id], job=job) for job in jobs]
+
+    # -- the pipeline (domain/pipeline.py): the plan runs its phases by itself ------------------
+    def run_plan(
+        self,
+        plan_id: object,
+        through: object = PlanPhase.apply,
+        approve_before: object = None,
+        actor: object = None,
+        approval_timeout: object = None,
+    ) -> PhaseQueued:
+        """Queue the plan's next phase with a pipeline that queues the rest by itself.
+
+        It stops after `through` and waits for a person before `approve_before` (for at
+        most `approval_timeout` seconds, then it ends `expired`). Bad input
+        is a typed error (InvalidIdError, PlanNotFoundError, PipelineError,
+        InvalidPlanTransitionError) with nothing written.
+        """
+        ledger = self._pipeline_ledger()
+        plan = self.get_plan(require_ulid("plan_id", plan_id))
+        job = ledger.pipeline.start(plan, through, approve_before, actor, approval_timeout)
+        return PhaseQueued(plan=self.get_plan(plan.plan_id), job=job)
+
+    def approve_plan(self, plan_id: str, actor: object = None, note: object = None) -> PhaseQueued:
+        """Let a plan waiting at its gate go on: its next phase is queued (compare-and-set).
+
+        A plan that is not waiting, or that someone else decided first, is a
+        NotAwaitingApprovalError, with nothing written.
+        """
+        ledger = self._pipeline_ledger()
+        job = ledger.pipeline.decide(self.get_plan(plan_id), True, actor, note)
+        return PhaseQueued(plan=self.get_plan(plan_id), job=job)
+
+    def reject_plan(self, plan_id: str, actor: object = None, note: object = None) -> Plan:
+        """Stop a plan waiting at its gate (compare-and-set, as approve_plan)."""
+        self._pipeline_ledger().pipeline.decide(self.get_plan(plan_id), False, actor, note)
+        return self.get_plan(plan_id)
+
+    def plan_events(self, plan_id: str, limit: int = 500) -> list[PlanEvent]:
+        """The plan's audit trail, oldest first."""
+        return self.plans.list_events(self.get_plan(plan_id).plan_id, limit)
+
+    def _pipeline_ledger(self) -> JobLedger:
+        """The ledger, if a pipeline can run here: jobs enabled, plans and jobs one ledger.
+
+        A pipeline's steps commit with the finish that causes them, which two stores (the
+        spec's composition) cannot do: there it is a ConfigurationError, nothing written.
+        """
+        if self.ledger is None or not self.config.enabled:
+            raise ConfigurationError("a plan pipeline needs the job ledger (jobs are disabled)")
+        if not one_ledger(self.ledger.jobs, self.plans):
+            raise ConfigurationError("a plan pipeline needs its plans and jobs in one ledger")
+        return self.ledger
 
     def _raise_refusal(self, ids: list[str], phase: PlanPhase) -> None:
         """Say why the queue CAS refused: the first plan that is missing or not ready."""

@@ -46,6 +46,17 @@ class PlanStatus(StrEnum):
     cancelled = "cancelled"
 
 
+class PipelineState(StrEnum):
+    """Where a plan's pipeline stands (domain/pipeline.py); a failed phase shows on the plan."""
+
+    running = "running"  #: a phase is queued or running; the next follows by itself
+    awaiting_approval = "awaiting_approval"  #: the previous phase is complete; a person decides
+    done = "done"  #: `through` succeeded
+    rejected = "rejected"  #: a person said no at the gate
+    cancelled = "cancelled"  #: the whole plan was cancelled
+    expired = "expired"  #: nobody decided within its approval timeout
+
+
 RERUNNABLE = frozenset({PlanStatus.failed, PlanStatus.cancelled})
 
 #: What must be complete before a phase may be queued (None: a brand-new plan).
@@ -142,6 +153,12 @@ class Plan(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
     version: int = Field(default=0, ge=0, le=INT32_MAX)
+    #: The pipeline (None: phases are queued one at a time, as the spec says).
+    pipeline_through: PlanPhase | None = None
+    pipeline_gate: PlanPhase | None = None
+    pipeline_state: PipelineState | None = None
+    #: Seconds a decision may take once the plan waits at its gate (None: no limit).
+    pipeline_approval_timeout: float | None = None
 
     @field_validator("plan_id")
     @classmethod
@@ -206,6 +223,12 @@ class Plan(BaseModel):
             raise InvalidPlanTransitionError(
                 self.plan_id, self.label, plan_label(wanted, PlanStatus.queued)
             )
+        if self.pipeline_state is PipelineState.awaiting_approval:  # only approval passes
+            raise InvalidPlanTransitionError(
+                self.plan_id,
+                f"{self.label} (awaiting approval)",
+                plan_label(wanted, PlanStatus.queued),
+            )
         # both fields move together (assigning one at a time would trip the validator)
         self.__dict__.update(phase=wanted, status=PlanStatus.queued)
         self.updated_at = utcnow()
@@ -233,4 +256,21 @@ class Plan(BaseModel):
             "steps": len(self.steps),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
+            "pipeline": self.pipeline_dict(),
+        }
+
+    def pipeline_dict(self) -> dict[str, Any] | None:
+        """The pipeline as the CLI and the API show it (None without one)."""
+        if self.pipeline_state is None:
+            return None
+        state = self.pipeline_state.value
+        if self.pipeline_state is PipelineState.running and self.status in RERUNNABLE:
+            state = self.status.value  # its phase stopped it; `jobs retry` resumes it
+        return {
+            "state": state,
+            "through": self.pipeline_through.value if self.pipeline_through else None,
+            "approve_before": self.pipeline_gate.value if self.pipeline_gate else None,
+            "approval_timeout": None
+            if self.pipeline_approval_timeout is None
+            else f"{self.pipeline_approval_timeout:g}",
         }

@@ -10,6 +10,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from planq.domain.availability import Availability
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.pipeline import PlanEvent
 from planq.domain.plans import Plan
 
 
@@ -246,6 +247,18 @@ class PlanStore(Protocol):
 
     def remove(self, plan_id: str) -> bool:
         """Delete a plan; whether it existed."""
+
+    def list_awaiting(self, limit: int = 100) -> list[Plan]:
+        """Plans waiting at their gate with an approval timeout, longest waiting first."""
+
+    def add_event(self, event: PlanEvent) -> None:
+        """Append one event to its plan's audit trail (PlanNotFoundError if the plan is gone)."""
+
+    def list_events(self, plan_id: str, limit: int = 500) -> list[PlanEvent]:
+        """A plan's events, oldest first."""
+
+    def delete_events_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """Delete events older than cutoff (the jobs' TTL), in bounded batches; how many."""
 
 
 def iter_batches(items: Iterable[str], size: int) -> Iterator[list[str]]:

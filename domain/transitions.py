@@ -14,7 +14,11 @@ from functools import cache
 from itertools import product
 
 from planq.domain.jobs import AsyncJobStatus, sources_of
-from planq.domain.plans import STATUS_MOVES, PlanPhase, PlanStatus, can_queue_phase
+from planq.domain.plans import STATUS_MOVES, PipelineState, PlanPhase, PlanStatus, can_queue_phase
+
+#: A plan waiting at its approval gate queues no phase: only an approval (which moves the
+#: pipeline on first) lets the next one through. Part of every queue compare-and-set.
+GATED = PipelineState.awaiting_approval
 
 #: How a job status shows on its plan.
 PLAN_STATUS_FOR_JOB: dict[AsyncJobStatus, PlanStatus] = {

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from planq.domain.availability import Availability, check_sweep
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.pipeline import PlanEvent
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.store.validation import (
@@ -25,6 +26,7 @@ from planq.store.validation import (
     check_checkpoint_json,
     check_error_message,
     check_error_traceback,
+    check_event,
     check_flag,
     check_fresh_jobs,
     check_id,
@@ -450,3 +452,37 @@ class CheckedPlanStore(ABC):
 
     @abstractmethod
     def _remove(self, plan_id: str) -> bool: ...
+
+    def list_awaiting(self, limit: int = 100) -> list[Plan]:
+        """Plans waiting at their gate with an approval timeout, longest waiting first."""
+        check_list_limit(limit)
+        return self._list_awaiting(limit)
+
+    def add_event(self, event: PlanEvent) -> None:
+        """Append one event to its plan's trail (PlanNotFoundError if the plan is gone)."""
+        check_event(event)
+        self._add_event(event)
+
+    def list_events(self, plan_id: str, limit: int = 500) -> list[PlanEvent]:
+        """A plan's events, oldest first."""
+        check_id("plan_id", plan_id)
+        check_list_limit(limit)
+        return self._list_events(plan_id, limit)
+
+    def delete_events_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """Delete events older than cutoff, in bounded batches; how many."""
+        check_moment("cutoff", cutoff)
+        check_batch_size(batch_size)
+        return self._delete_events_before(cutoff, batch_size)
+
+    @abstractmethod
+    def _list_awaiting(self, limit: int | None) -> list[Plan]: ...
+
+    @abstractmethod
+    def _add_event(self, event: PlanEvent) -> None: ...
+
+    @abstractmethod
+    def _list_events(self, plan_id: str, limit: int) -> list[PlanEvent]: ...
+
+    @abstractmethod
+    def _delete_events_before(self, cutoff: datetime, batch_size: int) -> int: ...

@@ -9,14 +9,16 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from planq.domain.availability import Availability
-from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError
+from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError, PlanNotFoundError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from planq.domain.plans import Plan
+from planq.domain.pipeline import PlanEvent
+from planq.domain.plans import PipelineState, Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.domain.transitions import (
     CANCEL_QUEUED,
     CLAIM,
     EXPIRE,
+    GATED,
     PLAN_STATUS_FOR_JOB,
     UNDELIVERABLE,
     JobMove,
@@ -166,7 +168,10 @@ class InMemoryJobStore(CheckedJobStore):
             plans = self._shared.plans
             allowed = phase_queue_move(jobs[0].phase).sources
             current = [None if plans is None else plans.get(j.plan_id) for j in jobs]
-            if any(p is None or (p.phase, p.status) not in allowed for p in current):
+            if any(
+                p is None or (p.phase, p.status) not in allowed or p.pipeline_state is GATED
+                for p in current
+            ):
                 return None
             if any(j.job_id in self._rows for j in jobs):
                 raise DuplicateJobError(", ".join(j.job_id for j in jobs)[:200])
@@ -384,6 +389,8 @@ class InMemoryPlanStore(CheckedPlanStore):
         self._rows: dict[str, Plan] = {}
         self._shared.tables.append(self._rows)
         self._shared.plans = self._rows
+        self._events: dict[str, PlanEvent] = {}
+        self._shared.tables.append(self._events)
 
     @property
     def ledger(self) -> Ledger:
@@ -446,9 +453,44 @@ class InMemoryPlanStore(CheckedPlanStore):
         return n if at_most is None else min(n, at_most)
 
     def _remove(self, plan_id: str) -> bool:
-        """Delete a plan."""
+        """Delete a plan (its events with it, as the SQL foreign key cascades)."""
         with self._shared.lock:
+            for event in [e for e in self._events.values() if e.plan_id == plan_id.upper()]:
+                del self._events[event.event_id]
             return self._rows.pop(plan_id.upper(), None) is not None
+
+    def _list_awaiting(self, limit: int | None) -> list[Plan]:
+        """Plans at their gate with a timeout, longest waiting first."""
+        with self._shared.lock:
+            found = [
+                p
+                for p in self._rows.values()
+                if p.pipeline_state is PipelineState.awaiting_approval
+                and p.pipeline_approval_timeout is not None
+            ]
+        found.sort(key=lambda p: (p.updated_at, p.plan_id))
+        return [p.model_copy() for p in (found if limit is None else found[:limit])]
+
+    def _add_event(self, event: PlanEvent) -> None:
+        """Append one event."""
+        with self._shared.lock:
+            if event.plan_id not in self._rows:
+                raise PlanNotFoundError(event.plan_id)
+            self._events[event.event_id] = event
+
+    def _list_events(self, plan_id: str, limit: int) -> list[PlanEvent]:
+        """A plan's events, oldest first."""
+        with self._shared.lock:
+            found = [e for e in self._events.values() if e.plan_id == plan_id.upper()]
+        return sorted(found, key=lambda e: (e.at, e.event_id))[:limit]
+
+    def _delete_events_before(self, cutoff: datetime, batch_size: int) -> int:
+        """Delete events older than cutoff."""
+        with self._shared.lock:
+            doomed = [e.event_id for e in self._events.values() if e.at < cutoff]
+            for event_id in doomed:
+                del self._events[event_id]
+        return len(doomed)
 
 
 def _key(job: AsyncJob) -> tuple[datetime, str]:

@@ -10,6 +10,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Float,
+    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -22,6 +23,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from planq.domain.clock import as_utc
 from planq.domain.jobs import AsyncJobStatus
+from planq.domain.pipeline import EventKind
 from planq.domain.plans import PlanPhase, PlanStatus
 
 NAMING = {
@@ -48,6 +50,7 @@ LISTING_KEY = ["status", "created_at", "job_id"]
 FILLFACTOR = 85
 PHASES = [p.value for p in PlanPhase]
 PLAN_STATUSES = [s.value for s in PlanStatus]
+EVENT_KINDS = [k.value for k in EventKind]
 
 
 def _partial(name: str, columns: list[str], where: str, unique: bool = False) -> Index:
@@ -148,6 +151,11 @@ class PlanModel(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     version: Mapped[int] = mapped_column(Integer, default=0)
+    #: The pipeline (migration 0008): NULL on a plan whose phases are queued one at a time.
+    pipeline_through: Mapped[str | None] = mapped_column(String(16))
+    pipeline_gate: Mapped[str | None] = mapped_column(String(16))
+    pipeline_state: Mapped[str | None] = mapped_column(String(24))
+    pipeline_approval_timeout: Mapped[float | None] = mapped_column(Float)
 
     __table_args__ = (
         CheckConstraint(f"phase IS NULL OR {_in('phase', PHASES)}", name="phase"),
@@ -159,10 +167,34 @@ class PlanModel(Base):
     )
 
 
+class PlanEventModel(Base):
+    """One line of a plan's audit trail (append-only; migration 0008)."""
+
+    __tablename__ = "plan_events"
+
+    event_id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    plan_id: Mapped[str] = mapped_column(
+        String(26), ForeignKey("plans.plan_id", ondelete="CASCADE")
+    )
+    at: Mapped[datetime] = mapped_column(UTCDateTime())
+    kind: Mapped[str] = mapped_column(String(24))
+    phase: Mapped[str | None] = mapped_column(String(16))
+    job_id: Mapped[str | None] = mapped_column(String(26))
+    actor: Mapped[str | None] = mapped_column(String(200))
+    note: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        CheckConstraint(_in("kind", EVENT_KINDS), name="kind"),
+        CheckConstraint(f"phase IS NULL OR {_in('phase', PHASES)}", name="phase"),
+        Index(None, "plan_id", "at"),  # a plan's timeline, in order
+        Index(None, "at"),  # the TTL cleanup, oldest first
+    )
+
+
 # -- recoverable runs ------------------------------------------------------------------------
 # Appended as its own section (imports included) so the ledger classes above stay untouched.
 
-from sqlalchemy import BigInteger, ForeignKey, LargeBinary  # noqa: E402
+from sqlalchemy import BigInteger, LargeBinary  # noqa: E402
 
 from planq.domain.runs.findings import Severity  # noqa: E402
 from planq.domain.runs.progress import ProgressKind  # noqa: E402

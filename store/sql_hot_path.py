@@ -21,6 +21,7 @@ from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import Claimed
 from planq.domain.transitions import (
     CLAIM,
+    GATED,
     PLAN_STATUS_FOR_JOB,
     JobMove,
     finish_move,
@@ -108,6 +109,7 @@ WITH input AS (
        SET phase = :phase, status = :plan_to, version = p.version + 1, updated_at = :now
       FROM input
      WHERE p.plan_id = input.plan_id AND ({" OR ".join(allowed)})
+       AND p.pipeline_state IS DISTINCT FROM '{GATED.value}'
  RETURNING p.*
 ), job AS (
     INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json,
@@ -260,7 +262,11 @@ def sqlite_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> l
         row = (
             conn.execute(
                 update(P)
-                .where(P.plan_id == job.plan_id, or_(*pairs))
+                .where(
+                    P.plan_id == job.plan_id,
+                    or_(*pairs),
+                    or_(P.pipeline_state.is_(None), P.pipeline_state != GATED.value),
+                )
                 .values(
                     phase=job.phase.value,
                     status=_QUEUED_PLAN,

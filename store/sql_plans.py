@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from planq.domain.errors import ConcurrentUpdateError
-from planq.domain.plans import Plan
+from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
+from planq.domain.pipeline import PlanEvent
+from planq.domain.plans import PipelineState, Plan
 from planq.domain.ports import Ledger
 from planq.store.checked import CheckedPlanStore
 from planq.store.database import Database
 from planq.store.keyset import past_cursor
-from planq.store.models import PlanModel
+from planq.store.models import PlanEventModel, PlanModel
 
 P = PlanModel
+E = PlanEventModel
+_EVENT_FIELDS = [c.key for c in E.__table__.columns]
 #: The listing's order, newest first (served by ix_plans_created_at_plan_id).
 _NEWEST_FIRST = (P.created_at.desc(), P.plan_id.desc())
 _FIELDS = [c.key for c in P.__table__.columns]
@@ -40,6 +44,9 @@ def to_values(plan: Plan) -> dict[str, Any]:
     data = plan.model_dump()
     data["phase"] = plan.phase.value if plan.phase else None
     data["status"] = plan.status.value if plan.status else None
+    for name in ("pipeline_through", "pipeline_gate", "pipeline_state"):  # enums as text
+        value = getattr(plan, name)
+        data[name] = value.value if value is not None else None
     return {name: data[name] for name in _FIELDS}
 
 
@@ -127,3 +134,60 @@ class SqlPlanStore(CheckedPlanStore):
         """DELETE one plan."""
         with self.db.session() as s:
             return bool(s.execute(delete(P).where(P.plan_id == plan_id.upper())).rowcount)  # type: ignore[attr-defined]
+
+    def _list_awaiting(self, limit: int | None) -> list[Plan]:
+        """Plans at their gate with a timeout, longest waiting first (a few: no index)."""
+        stmt = (
+            select(P)
+            .where(
+                P.pipeline_state == PipelineState.awaiting_approval.value,
+                P.pipeline_approval_timeout.is_not(None),
+            )
+            .order_by(P.updated_at, P.plan_id)
+            .limit(limit)
+        )
+        with self.db.session() as s:
+            return [to_domain(r) for r in s.scalars(stmt)]
+
+    # -- the audit trail (append-only) ---------------------------------------------------
+    def _add_event(self, event: PlanEvent) -> None:
+        """INSERT one event; a plan that is gone is PlanNotFoundError."""
+        values = event.model_dump()
+        values["kind"] = event.kind.value
+        values["phase"] = event.phase.value if event.phase else None
+        row = {name: values[name] for name in _EVENT_FIELDS}
+        with self.db.session() as s:
+            try:  # one INSERT, no savepoint: a refusal rolls the caller's transaction back
+                s.execute(insert(E).values(**row))
+            except IntegrityError as exc:
+                raise PlanNotFoundError(event.plan_id) from exc
+
+    def _list_events(self, plan_id: str, limit: int) -> list[PlanEvent]:
+        """A plan's events, oldest first (ix_plan_events_plan_id_at)."""
+        stmt = select(E).where(E.plan_id == plan_id.upper()).order_by(E.at, E.event_id).limit(limit)
+        with self.db.session() as s:
+            return [
+                PlanEvent.model_validate({n: getattr(r, n) for n in _EVENT_FIELDS})
+                for r in s.scalars(stmt)
+            ]
+
+    def _delete_events_before(self, cutoff: datetime, batch_size: int) -> int:
+        """TTL: DELETE events older than cutoff, batch by batch (short locks)."""
+        total = 0
+        while True:
+            doomed = (
+                select(E.event_id)
+                .where(E.at < cutoff)
+                .order_by(E.at)
+                .limit(batch_size)
+                .scalar_subquery()
+            )
+            with self.db.session() as s:
+                deleted: int = s.execute(
+                    delete(E)
+                    .where(E.event_id.in_(doomed))
+                    .execution_options(synchronize_session=False)
+                ).rowcount  # type: ignore[attr-defined]
+            total += deleted
+            if deleted < batch_size:
+                return total

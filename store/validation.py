@@ -35,6 +35,7 @@ from planq.domain.jobs import (
     check_progress,
     check_worker_id,
 )
+from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.plans import Plan
 
 __all__ = [
@@ -88,6 +89,24 @@ def check_new_plans(plans: object) -> list[Plan]:
     if len({p.plan_id for p in typed}) != len(typed):
         raise ValueError("a plan id appears twice in the batch")
     return typed
+
+
+def check_event(event: object) -> None:
+    """TypeError unless event is a PlanEvent; BoundsError if its ids or texts do not fit."""
+    if not isinstance(event, PlanEvent):
+        raise WrongTypeError("event", "must be a PlanEvent", describe(event))
+    check_id("plan_id", event.plan_id)
+    if event.job_id is not None:
+        check_id("job_id", event.job_id)
+    check_pipeline_text(event)
+
+
+def check_pipeline_text(event: PlanEvent) -> None:
+    """An event's actor and note fit their columns (the domain bounds them the same way)."""
+    if event.actor is not None:
+        check_text("actor", event.actor, MAX_ACTOR_LENGTH)
+    if event.note is not None:
+        check_text("note", event.note, MAX_NOTE_LENGTH)
 
 
 def check_id(field: str, value: object) -> str:

@@ -20,6 +20,7 @@ from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
 from planq.domain.ledger import JobLedger, StuckReport
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
+from planq.domain.pipeline import EventKind
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
@@ -132,7 +133,9 @@ class AsyncWorker:
         #: this process's outage monitor: every ledger write here reports into it
         self.outages = PROCESS_OUTAGES if outages is None else outages
         #: the one door for this worker's job writes (they ride out an outage inside it)
-        self.ledger = JobLedger(job_store, plan_store, redactor, self.outages)
+        self.ledger = JobLedger(
+            job_store, plan_store, redactor, outages=self.outages, enqueue=publish
+        )
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
         )
@@ -191,12 +194,15 @@ class AsyncWorker:
             )
             return JobReport(PickupResult.skipped)
         job, plan = claimed
+        pipeline = plan is not None and plan.pipeline_state is not None
+        if pipeline:
+            self._record_started(job)
         token = self.tracker.track(job.job_id)
         try:
             verdict = self._run_executor(job, token, plan)
         finally:
             self.tracker.untrack(job.job_id)
-        verdict, wrote = self._finish(job, verdict)
+        verdict, wrote = self._finish(job, verdict, pipeline)
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return JobReport(PickupResult.finished_elsewhere)
@@ -210,7 +216,16 @@ class AsyncWorker:
             self.ledger.redact_traceback(verdict.traceback),
         )
 
-    def _finish(self, job: AsyncJob, verdict: Verdict) -> tuple[Verdict, bool]:
+    def _record_started(self, job: AsyncJob) -> None:
+        """A pipeline plan's `started` event (one statement, pipeline plans only)."""
+        try:
+            self.ledger.pipeline.record(job.plan_id, EventKind.started, job.phase, job.job_id)
+        except Exception:  # the trail is not worth failing the job for
+            logger.exception("job %s: could not record its started event", job.job_id)
+
+    def _finish(
+        self, job: AsyncJob, verdict: Verdict, pipeline: bool = False
+    ) -> tuple[Verdict, bool]:
         """Write the verdict; a finish the ledger rejects ends the job failed, saying so.
 
         The rejection (a constraint the row breaks) names the constraint only, never the
@@ -220,7 +235,12 @@ class AsyncWorker:
 
         def write(outcome: Verdict) -> bool:
             return self.ledger.finish(
-                job, outcome.status, outcome.error, self.worker_id, traceback=outcome.traceback
+                job,
+                outcome.status,
+                outcome.error,
+                self.worker_id,
+                traceback=outcome.traceback,
+                pipeline=pipeline,
             )
 
         try:
@@ -312,7 +332,7 @@ class AsyncWorker:
         return new, True
 
     # -- operator actions --------------------------------------------------------------
-    def cancel_job(self, job_id: str) -> bool:
+    def cancel_job(self, job_id: str, actor: str | None = None) -> bool:
         """Record the cancel durably, trip the token here, broadcast; False if unknown/ended.
 
         Written once, here. Counted once: here when this process runs the job or nothing
@@ -322,7 +342,7 @@ class AsyncWorker:
         if not isinstance(job_id, str) or not job_id.strip():
             raise ValueError("job_id must be a non-empty string")
         job_id = job_id.strip().upper()  # normalised once, here at the boundary
-        outcome = self.ledger.cancel(job_id)
+        outcome = self.ledger.cancel(job_id, actor)  # actor: who asked, for a pipeline's trail
         if not outcome.accepted:
             metrics.cancel_requested(outcome.value)
             return False
@@ -338,6 +358,16 @@ class AsyncWorker:
                 "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
             )
         return True
+
+    def cancel_plan(self, plan_id: str, actor: str | None = None) -> tuple[Plan, list[str]]:
+        """Cancel a whole plan: its pipeline stops, its live phase job is cancelled.
+
+        The pipeline's stop and the event (who asked) commit first; then each live job is
+        cancelled as `cancel_job` does (a running one cooperatively, through its token).
+        Returns the plan and the ids of the jobs the cancel reached.
+        """
+        plan, live = self.ledger.pipeline.stop(plan_id, actor)
+        return plan, [job.job_id for job in live if self.cancel_job(job.job_id)]
 
     def detect_stuck_jobs(self) -> StuckReport:
         """Fail running jobs whose heartbeat expired; retry them if the policy says so.
@@ -360,7 +390,20 @@ class AsyncWorker:
                 new = self._maybe_retry(stored)
                 if new is not None:
                     report.retried[job.job_id] = new.job_id
+        self._expire_gates()
         return report
+
+    def _expire_gates(self) -> None:
+        """End plans nobody approved within their approval timeout (the same sweep)."""
+        if self.plan_store is None:
+            return
+        try:
+            expired = self.ledger.pipeline.expire_waiting()
+        except Exception:  # one sweep's failure must not stop the job sweep's report
+            logger.exception("could not expire plans waiting past their approval timeout")
+            return
+        if expired:
+            logger.info("%d plan(s) expired at their approval gate: %s", len(expired), expired)
 
     def cleanup_expired_jobs(self) -> int:
         """Delete terminal rows older than job_ttl, in bounded batches."""

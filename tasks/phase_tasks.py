@@ -122,6 +122,47 @@ class PhaseTask(Task):  # type: ignore[misc]
         raise Ignore()
 
 
+class RunPlanTask(Task):  # type: ignore[misc]
+    """`run_plan.delay(plan_id, through="apply", approve_before="apply")`: a whole pipeline.
+
+    Producer side only, as a phase task's delay: the lifecycle checks the input (typed
+    errors, nothing written), stores the pipeline on the plan and queues its first phase
+    in one transaction, then publishes that phase's job. The result is the first job's.
+    Each next phase is queued by the finish of the one before (domain/pipeline_ledger.py).
+    """
+
+    name = "planq.run_plan"
+    ignore_result = True
+    typing = False
+    throws = (InvalidJobMessage,)
+    _ARGS = ("plan_id", "through", "approve_before", "actor", "approval_timeout")
+
+    def apply_async(
+        self, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> AsyncResult | None:
+        """Validate, write the pipeline and its first job, publish; the first job's result."""
+        given = dict(zip(self._ARGS, args or (), strict=False))
+        extra = set(kwargs or {}) - set(self._ARGS)
+        if len(args or ()) > len(self._ARGS) or extra or set(given) & set(kwargs or {}):
+            raise TypeError(
+                f"{self.name} takes plan_id, through, approve_before, actor, approval_timeout "
+                f"(got args={len(args or ())}, kwargs={sorted(kwargs or {})})"
+            )
+        given.update(kwargs or {})
+        queued = runtime_for(self.app).lifecycle.run_plan(
+            given.get("plan_id"),  # checked there: InvalidIdError
+            given.get("through", PlanPhase.apply.value),
+            given.get("approve_before"),
+            given.get("actor", "producer"),
+            given.get("approval_timeout"),
+        )
+        return None if queued.job is None else self.AsyncResult(queued.job.job_id)
+
+    def run(self, *args: Any, **kwargs: Any) -> str:
+        """No message is ever sent for this task: one that arrives is dropped."""
+        raise InvalidJobMessage("planq.run_plan runs at the producer; no message is expected")
+
+
 def register_phase_tasks(app: Celery) -> dict[PlanPhase, PhaseTask]:
     """Create planq.strategize_plan, planq.execute_plan and planq.apply_plan on app."""
     created: dict[PlanPhase, PhaseTask] = {}
@@ -129,4 +170,5 @@ def register_phase_tasks(app: Celery) -> dict[PlanPhase, PhaseTask]:
         name = f"{phase.value}_plan"
         cls = type(name, (PhaseTask,), {"phase": phase, "name": f"planq.{name}"})
         created[phase] = app.register_task(cls())
+    app.register_task(RunPlanTask())
     return created

@@ -65,6 +65,10 @@ def holds(runtime: Runtime, job_id: str) -> bool:
     return any(req.id.upper() == job_id for req in list(worker_state.reserved_requests))
 
 
+#: Who a revoke nobody recorded came from, in a pipeline's trail (Flower, `celery control`).
+REVOKE_ACTOR = "celery revoke"
+
+
 def wake(runtime: Runtime, job_id: str) -> None:
     """Trip the job's token here, or poke the prefork child that runs it."""
     if runtime.worker.tracker.cancel_local(job_id):
@@ -77,10 +81,10 @@ def wake(runtime: Runtime, job_id: str) -> None:
 def record(runtime: Runtime, job_id: str, held: bool) -> None:
     """A revoke nobody recorded: the holder records and counts it; others end it if queued."""
     if held:
-        outcome = runtime.ledger.cancel(job_id)
+        outcome = runtime.ledger.cancel(job_id, REVOKE_ACTOR)
         logger.info("revoke %s: ledger says %s", job_id, outcome.value)
         metrics.cancel_requested(outcome.value)
-    elif runtime.ledger.cancel_queued(job_id):
+    elif runtime.ledger.cancel_queued(job_id, REVOKE_ACTOR):
         logger.info("revoke %s: was queued, now cancelled", job_id)
         metrics.cancel_requested(CancelOutcome.cancelled.value)
 

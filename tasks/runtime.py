@@ -95,7 +95,7 @@ class Runtime:
         self.stamps = DispatchStamps(self.ledger.mark_dispatched, redactor=self.redactor)
         self.publisher = JobPublisher(app, self.redactor)
         self.lifecycle = PlanLifecycleService(
-            self.plans, self.jobs, config.worker, enqueue=self.publish
+            self.plans, self.jobs, config.worker, enqueue=self.publish, redactor=self.redactor
         )
 
     def worker_id_for(self, pid: int) -> str:

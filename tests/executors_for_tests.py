@@ -7,6 +7,7 @@ same executors work in threads and in prefork children.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import redis
@@ -176,3 +177,38 @@ def _ascend(depth: int) -> None:
 def deep_user_bug(ctx: JobContext) -> None:
     """Raise from DEEP alternating frames down: a traceback far over the stored bound."""
     _descend(DEEP)
+
+
+def fails_first_attempt(ctx: JobContext) -> None:
+    """Fail the job's first attempt (a phase that a `jobs retry` then gets through)."""
+    if ctx.job.attempt == 1:
+        raise RuntimeError("first attempt fails")
+
+
+def waits_for_cancel(ctx: JobContext) -> None:
+    """Run until cancelled (at most 60 s), checking the token every 50 ms."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not ctx.token.wait(0.05):
+        pass
+
+
+def dies_after_first_finish(ctx: JobContext) -> None:
+    """Once per plan (its first strategize): kill -9 this process right after the finish commits.
+
+    Arms the runtime's pipeline publish in this process: the finish's transaction (the job
+    succeeded, the next phase queued) commits, then the process dies before publishing.
+    """
+    from celery import current_app
+
+    from planq.tasks.runtime import runtime_for
+
+    if ctx.job.phase.value != "strategize" or ctx.plan is None:
+        return
+    if not REDIS.set(f"planq-test:armed:{ctx.plan.plan_id}", os.getpid(), nx=True):
+        return
+
+    def die(_jobs: object) -> None:
+        REDIS.set(f"planq-test:died:{ctx.job.job_id}", os.getpid())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    runtime_for(current_app._get_current_object()).worker.ledger.enqueue = die

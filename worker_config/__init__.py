@@ -32,6 +32,7 @@ _TASKS = {
     "strategize_plan": "planq.strategize_plan",
     "execute_plan": "planq.execute_plan",
     "apply_plan": "planq.apply_plan",
+    "run_plan": "planq.run_plan",
 }
 _lock = threading.Lock()
 _built: dict[str, Any] = {}
@@ -94,5 +95,6 @@ __all__ = [
     "execute_plan",
     "get_app",
     "load_settings",
+    "run_plan",
     "strategize_plan",
 ]

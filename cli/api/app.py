@@ -9,7 +9,14 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from planq.cli.api import dashboard, dashboard_pages, routes_ledger, routes_runs, workers
+from planq.cli.api import (
+    dashboard,
+    dashboard_pages,
+    routes_ledger,
+    routes_pipeline,
+    routes_runs,
+    workers,
+)
 from planq.cli.api.docs import install_docs
 from planq.cli.api.errors import install_error_handlers
 from planq.cli.api.same_origin import SameOriginGuard
@@ -49,6 +56,7 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(SameOriginGuard, state=state)  # no-token mode: cross-site, rebinding
     app.include_router(routes_runs.router)
+    app.include_router(routes_pipeline.router)  # before the ledger's /plans/{id}/{phase}
     app.include_router(routes_ledger.router)
     app.include_router(dashboard_pages.router)  # before the overview's /fragments/{name}
     app.include_router(workers.router)  # likewise

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse
 
 from planq.cli import services
-from planq.cli.api import detail_html, fragments, listing
+from planq.cli.api import detail_html, fragments, listing, pipeline_html
 from planq.cli.api.auth import require_read
 from planq.cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
 from planq.cli.api.routes_ledger import plan_detail
@@ -128,7 +128,8 @@ def plan_html(planq: Planq, plan_id: str) -> str:
     """One plan's page content."""
     detail = plan_detail(planq, plan_id)
     plan = PlanOut.model_validate(detail.model_dump(exclude={"step_list", "jobs", "phases"}))
-    return detail_html.plan_detail(plan, detail.step_list, detail.jobs)
+    page_html = detail_html.plan_detail(plan, detail.step_list, detail.jobs)
+    return page_html + pipeline_html.plan_pipeline(planq, plan_id)  # the pipeline's section
 
 
 def job_html(planq: Planq, job_id: str, flower_url: str) -> str:

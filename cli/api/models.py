@@ -276,6 +276,8 @@ class PlanOut(BaseModel):
     steps: int
     created_at: datetime
     updated_at: datetime
+    #: The pipeline (state, through, approve_before), None on a plan run phase by phase.
+    pipeline: dict[str, str | None] | None = None
 
     @classmethod
     def of(cls, plan: Any) -> PlanOut:

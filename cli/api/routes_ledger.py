@@ -141,7 +141,7 @@ def show_job(planq: Session, job_id: JobId) -> JobDetail:
 @router.post("/jobs/{job_id}/cancel", dependencies=WRITE, responses={404: {}, 409: {}})
 def cancel_job(planq: Session, job_id: JobId) -> CancelJobOut:
     """A queued job ends now; a running one stops at its next safe point; 409 if ended."""
-    outcome, job = services.cancel_job(planq, job_id)
+    outcome, job = services.cancel_job(planq, job_id, "api")
     return CancelJobOut(
         outcome="cancelled" if outcome == "cancelled" else "cancel requested", job=JobOut.of(job)
     )

@@ -71,8 +71,11 @@ def test_planq_demo_runs_the_lifecycle_and_a_cancel_in_one_process(tmp_path: Pat
         labels = sorted(plan.label for plan in plans.list_all())
     finally:
         db.close()
-    assert statuses == sorted([AsyncJobStatus.succeeded] * 3 + [AsyncJobStatus.cancelled])
-    assert labels == ["Apply/COMPLETE", "Strategize/CANCELLED"]
+    # and the pipeline's plan: three phases more, it waited at its gate and was approved
+    assert statuses == sorted([AsyncJobStatus.succeeded] * 6 + [AsyncJobStatus.cancelled])
+    assert labels == ["Apply/COMPLETE", "Apply/COMPLETE", "Strategize/CANCELLED"]
+    assert "waiting at its gate: plan Execute/COMPLETE" in out, out
+    assert "approved apply (demo-operator)" in out, out
 
 
 def test_demo_refuses_tasks_bound_to_another_app(tmp_path: Path) -> None:

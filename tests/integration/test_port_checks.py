@@ -23,6 +23,7 @@ from planq.domain.clock import utcnow
 from planq.domain.errors import BoundsError
 from planq.domain.ids import new_id
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.pipeline import EventKind, PlanEvent
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import JobStore, PlanStore
 from planq.domain.runs.ports import Fresh, RunStore, RunStoreProvider
@@ -71,6 +72,7 @@ def _valid() -> dict[Any, Callable[[], object]]:
         "jobs": lambda: [AsyncJob(plan_id=new_id(), phase=PlanPhase.strategize)],
         "plan": Plan,
         "plans": lambda: [Plan()],
+        "event": lambda: PlanEvent(plan_id=new_id(), kind=EventKind.approved, actor="ann"),
         "job_id": new_id,
         "plan_id": new_id,
         "run_id": new_id,

@@ -500,3 +500,32 @@ def test_two_stores_refuse_a_batch_with_one_bad_plan_and_write_nothing() -> None
         ready.version,
     )
     assert jobs.count() == 0
+
+
+def test_a_pipeline_needs_its_plans_and_jobs_in_one_ledger() -> None:
+    """Two stores (the spec's composition) cannot commit a finish with its next phase."""
+    from planq.domain.errors import ConfigurationError
+
+    plans = InMemoryPlanStore()
+    service = PlanLifecycleService(plans, InMemoryJobStore())
+    plan = service.create_plan(["a"])
+    with pytest.raises(ConfigurationError, match="one ledger"):
+        service.run_plan(plan.plan_id, "apply")
+    assert service.get_plan(plan.plan_id).label == "New" and plans.list_events(plan.plan_id) == []
+
+
+def test_a_plan_waiting_at_its_gate_cannot_start_a_new_pipeline() -> None:
+    from planq.domain.plans import PipelineState
+    from planq.tasks.engine import AsyncWorker
+
+    jobs, plans = in_memory_ledger()
+    service = PlanLifecycleService(plans, jobs)
+    worker = AsyncWorker(AsyncWorkerConfig(), jobs, "noop", plans)
+    plan = service.create_plan(["a"])
+    first = service.run_plan(plan.plan_id, "apply", approve_before="execute").job
+    assert first is not None and worker.run_job(first.job_id).value == "succeeded"
+    waiting = service.get_plan(plan.plan_id)
+    assert waiting.pipeline_state is PipelineState.awaiting_approval
+    with pytest.raises(InvalidPlanTransitionError, match="awaiting approval"):
+        service.run_plan(plan.plan_id, "apply")
+    assert service.get_plan(plan.plan_id) == waiting and len(jobs.list_by_plan(plan.plan_id)) == 1

@@ -108,6 +108,7 @@ def test_as_cli_dict() -> None:
         "steps": 2,
         "created_at": plan.created_at.isoformat(),
         "updated_at": plan.updated_at.isoformat(),
+        "pipeline": None,
     }
     plan.queue_phase(P.strategize)
     out = plan.as_cli_dict()

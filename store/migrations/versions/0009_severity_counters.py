@@ -1,7 +1,7 @@
 """severity counters: a run keeps its findings' count per severity on its own row
 
 Revision ID: 0009_severity_counters
-Revises: 0007_partitioned_jobs
+Revises: 0008_plan_pipeline
 
 Three BIGINT columns on recoverable_runs (data_loss_findings, inconsistent_findings,
 anomaly_findings), bumped by the same fenced UPDATE that bumps finding_count when a finding
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009_severity_counters"
-down_revision = "0007_partitioned_jobs"
+down_revision = "0008_plan_pipeline"
 branch_labels = None
 depends_on = None
 
