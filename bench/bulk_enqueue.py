@@ -141,7 +141,7 @@ def bench_planq(args: Any, rows: Rows) -> None:
                     record("planq create_plan x N", one, wall, cpu)
                     wall, cpu, ids = timed(task.delay_many, [p.plan_id for p in made])
                     record("planq delay_many", size, wall, cpu)
-                    rt.stamps.flush()
+                    rt.publisher.stamps.flush()
                     jobs = [job for job in map(rt.jobs.get, ids) if job is not None]
                     wall, cpu, _ = timed(publish_one_by_one, rt, jobs)
                     record("planq publish 1-by-1", size, wall, cpu)

@@ -36,7 +36,7 @@ def run_plan(
     session.require_broker()
     lifecycle = session.runtime.lifecycle
     queued = lifecycle.run_plan(plan_id, through, approve_before, actor, approval_timeout)
-    session.runtime.stamps.flush()
+    session.runtime.publisher.stamps.flush()
     job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
     return queued.plan, job
 
@@ -54,7 +54,7 @@ def decide(
     try:
         if approve:
             queued = lifecycle.approve_plan(plan_id, actor, note)
-            session.runtime.stamps.flush()
+            session.runtime.publisher.stamps.flush()
             return queued.plan, queued.job
         return lifecycle.reject_plan(plan_id, actor, note), None
     except NotAwaitingApprovalError as exc:

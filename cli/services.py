@@ -390,7 +390,7 @@ def queue_phase(session: Planq, plan_id: str, phase: str) -> tuple[Any, Any]:
     wanted = _phase(phase)
     session.require_broker()
     queued = session.runtime.lifecycle.queue_phase(plan_id, wanted)
-    session.runtime.stamps.flush()  # show the row as the relay will see it
+    session.runtime.publisher.stamps.flush()  # show the row as the relay will see it
     job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
     return queued.plan, job
 
@@ -404,7 +404,7 @@ def queue_phases(session: Planq, plan_ids: list[str], phase: str) -> list[tuple[
     wanted = _phase(phase)
     session.require_broker()
     queued = session.runtime.lifecycle.queue_phases(plan_ids, wanted)
-    session.runtime.stamps.flush()
+    session.runtime.publisher.stamps.flush()
     jobs = session.runtime.jobs
     return [(q.plan, jobs.get(q.job.job_id) if q.job else None) for q in queued]
 
@@ -439,7 +439,7 @@ def retry_job(session: Planq, job_id: str) -> tuple[Any, bool]:
         raise Refused(str(exc)) from None
     if new is None:
         raise Refused(f"job {job.job_id} was already retried, or its plan has moved on")
-    session.runtime.stamps.flush()
+    session.runtime.publisher.stamps.flush()
     return session.runtime.jobs.get(new.job_id), published
 
 

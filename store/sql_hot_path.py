@@ -1,38 +1,34 @@
-"""The hot path's statements: queue, claim and finish, each moving a job and its plan.
+"""The worker's two statements: claim and finish, each moving a job and its plan.
 
 On PostgreSQL each is ONE statement (a data-modifying CTE, the same shape Procrastinate
 uses for its job rows), run on the thread's own autocommit connection: one round trip,
 prepared by psycopg after a few uses. On SQLite each is a short form of two statements
 in one BEGIN IMMEDIATE. Both forms run the same compare-and-sets, whose source states
-come from `domain.transitions`; no status is spelled here.
+come from `domain.transitions`; no status is spelled here. The producer's one statement,
+queue, is the job store's own (`store/sql_jobs.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, TextClause, insert, or_, select, text, update
+from sqlalchemy import Connection, select, text, update
 
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
-from planq.domain.plans import Plan, PlanPhase
+from planq.domain.plans import Plan
 from planq.domain.ports import Claimed
 from planq.domain.transitions import (
     CLAIM,
-    GATED,
-    PLAN_STATUS_FOR_JOB,
     JobMove,
     finish_move,
-    phase_queue_move,
 )
 from planq.store.models import AsyncJobModel as J
 from planq.store.models import PlanModel as P
 
 JOB_FIELDS = [c.key for c in J.__table__.columns]
 PLAN_FIELDS = [c.key for c in P.__table__.columns]
-_PLAN_OUT = ", ".join(f"plan.{name} AS p_{name}" for name in PLAN_FIELDS)
+PLAN_OUT = ", ".join(f"plan.{name} AS p_{name}" for name in PLAN_FIELDS)
 
 
 def job_from(row: Any) -> AsyncJob:
@@ -66,7 +62,7 @@ WITH job AS (
        AND p.status = ANY(:plan_sources)
  RETURNING p.*
 )
-SELECT job.*, {_PLAN_OUT} FROM job LEFT JOIN plan ON true
+SELECT job.*, {PLAN_OUT} FROM job LEFT JOIN plan ON true
 """)
 
 _PG_FINISH = text("""
@@ -86,40 +82,6 @@ WITH job AS (
  RETURNING p.plan_id
 )
 SELECT count(*) FROM job
-""")
-
-
-@cache
-def _pg_queue(phase: PlanPhase) -> TextClause:
-    """Move the plans into <phase>/QUEUED and insert their jobs, for n plans at once."""
-    allowed = []
-    for from_phase, from_status in sorted(phase_queue_move(phase).sources, key=str):
-        if from_phase is None:
-            allowed.append("(p.phase IS NULL AND p.status IS NULL)")
-        else:
-            allowed.append(f"(p.phase = '{from_phase.value}' AND p.status = '{from_status}')")
-    return text(f"""
-WITH input AS (
-    SELECT * FROM unnest(
-        CAST(:job_ids AS varchar[]), CAST(:plan_ids AS varchar[]),
-        CAST(:payloads AS text[]), CAST(:created AS timestamptz[])
-    ) AS t(job_id, plan_id, payload_json, created_at)
-), plan AS (
-    UPDATE plans AS p
-       SET phase = :phase, status = :plan_to, version = p.version + 1, updated_at = :now
-      FROM input
-     WHERE p.plan_id = input.plan_id AND ({" OR ".join(allowed)})
-       AND p.pipeline_state IS DISTINCT FROM '{GATED.value}'
- RETURNING p.*
-), job AS (
-    INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json,
-                            created_at, attempt, dispatch_count)
-    SELECT input.job_id, plan.plan_id, :phase, :status, :schema_version, input.payload_json,
-           input.created_at, 1, 0
-      FROM plan JOIN input ON input.plan_id = plan.plan_id
- RETURNING job_id
-)
-SELECT {_PLAN_OUT} FROM plan
 """)
 
 
@@ -171,26 +133,6 @@ def pg_finish(
         },
     ).scalar_one()
     return bool(count)
-
-
-def pg_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan]:
-    """QUEUE (one statement): every plan CAS'd into the phase, every job inserted."""
-    first = jobs[0]
-    rows = conn.execute(
-        _pg_queue(first.phase),
-        {
-            "job_ids": [j.job_id for j in jobs],
-            "plan_ids": [j.plan_id for j in jobs],
-            "payloads": [j.payload_json for j in jobs],
-            "created": [j.created_at for j in jobs],
-            "phase": first.phase.value,
-            "plan_to": _QUEUED_PLAN,
-            "status": first.status.value,
-            "schema_version": first.schema_version,
-            "now": now,
-        },
-    ).mappings()
-    return [p for p in (plan_from(r, "p_") for r in rows) if p is not None]
 
 
 # -- SQLite: two statements in one BEGIN IMMEDIATE --------------------------------------------
@@ -248,45 +190,6 @@ def sqlite_finish(
     return True
 
 
-def sqlite_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
-    """QUEUE: per job, the plan CAS then the insert; None (caller rolls back) on a refusal."""
-    moved: list[Plan] = []
-    allowed = phase_queue_move(jobs[0].phase).sources
-    for job in jobs:
-        pairs = [
-            (P.phase.is_(None) & P.status.is_(None))
-            if phase is None
-            else ((P.phase == phase.value) & (P.status == status))
-            for phase, status in allowed
-        ]
-        row = (
-            conn.execute(
-                update(P)
-                .where(
-                    P.plan_id == job.plan_id,
-                    or_(*pairs),
-                    or_(P.pipeline_state.is_(None), P.pipeline_state != GATED.value),
-                )
-                .values(
-                    phase=job.phase.value,
-                    status=_QUEUED_PLAN,
-                    version=P.version + 1,
-                    updated_at=now,
-                )
-                .returning(*P.__table__.columns)
-            )
-            .mappings()
-            .first()
-        )
-        if row is None:
-            return None
-        conn.execute(insert(J).values(**{name: getattr(job, name) for name in _INSERTED}))
-        plan = plan_from(row)
-        assert plan is not None
-        moved.append(plan)
-    return moved
-
-
 def _sqlite_follow(
     conn: Connection, job: AsyncJob, move: JobMove, now: datetime, read_back: bool
 ) -> Plan | None:
@@ -316,17 +219,3 @@ def _move_params(move: JobMove) -> dict[str, Any]:
         "plan_to": move.plan_to.value,
         "plan_sources": _values(move.plan_sources),
     }
-
-
-_QUEUED_PLAN = PLAN_STATUS_FOR_JOB[AsyncJobStatus.queued].value
-_INSERTED = [
-    "job_id",
-    "plan_id",
-    "phase",
-    "status",
-    "schema_version",
-    "payload_json",
-    "created_at",
-    "attempt",
-    "dispatch_count",
-]

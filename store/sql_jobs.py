@@ -4,30 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, text, update
+from sqlalchemy import Connection, TextClause, and_, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from planq.domain.availability import Availability
 from planq.domain.errors import DuplicateJobError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, UnreadableJob
-from planq.domain.plans import Plan
+from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
-from planq.domain.transitions import CANCEL_QUEUED, EXPIRE, UNDELIVERABLE
+from planq.domain.transitions import (
+    CANCEL_QUEUED,
+    EXPIRE,
+    GATED,
+    PLAN_STATUS_FOR_JOB,
+    UNDELIVERABLE,
+    phase_queue_move,
+)
 from planq.store.availability import last_sighting, sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import Database
 from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
+from planq.store.models import PlanModel as P
 from planq.store.partitions import drop_expired_partitions, is_partitioned
 from planq.store.sql_hot_path import (
+    PLAN_OUT,
     pg_claim,
     pg_finish,
-    pg_queue,
+    plan_from,
     sqlite_claim,
     sqlite_finish,
-    sqlite_queue,
 )
 
 #: The retry's lock: namespaced two-key advisory lock, released at commit.
@@ -413,3 +422,111 @@ class SqlJobStore(CheckedJobStore):
             ),
             limit=limit,
         )
+
+
+# -- QUEUE: the producer's one statement (PostgreSQL), or a short form (SQLite) ------------
+_QUEUED_PLAN = PLAN_STATUS_FOR_JOB[AsyncJobStatus.queued].value
+_INSERTED = [
+    "job_id",
+    "plan_id",
+    "phase",
+    "status",
+    "schema_version",
+    "payload_json",
+    "created_at",
+    "attempt",
+    "dispatch_count",
+]
+
+
+@cache
+def _pg_queue(phase: PlanPhase) -> TextClause:
+    """Move the plans into <phase>/QUEUED and insert their jobs, for n plans at once."""
+    allowed = []
+    for from_phase, from_status in sorted(phase_queue_move(phase).sources, key=str):
+        if from_phase is None:
+            allowed.append("(p.phase IS NULL AND p.status IS NULL)")
+        else:
+            allowed.append(f"(p.phase = '{from_phase.value}' AND p.status = '{from_status}')")
+    return text(f"""
+WITH input AS (
+    SELECT * FROM unnest(
+        CAST(:job_ids AS varchar[]), CAST(:plan_ids AS varchar[]),
+        CAST(:payloads AS text[]), CAST(:created AS timestamptz[])
+    ) AS t(job_id, plan_id, payload_json, created_at)
+), plan AS (
+    UPDATE plans AS p
+       SET phase = :phase, status = :plan_to, version = p.version + 1, updated_at = :now
+      FROM input
+     WHERE p.plan_id = input.plan_id AND ({" OR ".join(allowed)})
+       AND p.pipeline_state IS DISTINCT FROM '{GATED.value}'
+ RETURNING p.*
+), job AS (
+    INSERT INTO async_jobs (job_id, plan_id, phase, status, schema_version, payload_json,
+                            created_at, attempt, dispatch_count)
+    SELECT input.job_id, plan.plan_id, :phase, :status, :schema_version, input.payload_json,
+           input.created_at, 1, 0
+      FROM plan JOIN input ON input.plan_id = plan.plan_id
+ RETURNING job_id
+)
+SELECT {PLAN_OUT} FROM plan
+""")
+
+
+def pg_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan]:
+    """QUEUE (one statement): every plan CAS'd into the phase, every job inserted."""
+    first = jobs[0]
+    rows = conn.execute(
+        _pg_queue(first.phase),
+        {
+            "job_ids": [j.job_id for j in jobs],
+            "plan_ids": [j.plan_id for j in jobs],
+            "payloads": [j.payload_json for j in jobs],
+            "created": [j.created_at for j in jobs],
+            "phase": first.phase.value,
+            "plan_to": _QUEUED_PLAN,
+            "status": first.status.value,
+            "schema_version": first.schema_version,
+            "now": now,
+        },
+    ).mappings()
+    return [p for p in (plan_from(r, "p_") for r in rows) if p is not None]
+
+
+def sqlite_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
+    """QUEUE: per job, the plan CAS then the insert; None (caller rolls back) on a refusal."""
+    moved: list[Plan] = []
+    allowed = phase_queue_move(jobs[0].phase).sources
+    for job in jobs:
+        pairs = [
+            (P.phase.is_(None) & P.status.is_(None))
+            if phase is None
+            else ((P.phase == phase.value) & (P.status == status))
+            for phase, status in allowed
+        ]
+        row = (
+            conn.execute(
+                update(P)
+                .where(
+                    P.plan_id == job.plan_id,
+                    or_(*pairs),
+                    or_(P.pipeline_state.is_(None), P.pipeline_state != GATED.value),
+                )
+                .values(
+                    phase=job.phase.value,
+                    status=_QUEUED_PLAN,
+                    version=P.version + 1,
+                    updated_at=now,
+                )
+                .returning(*P.__table__.columns)
+            )
+            .mappings()
+            .first()
+        )
+        if row is None:
+            return None
+        conn.execute(insert(J).values(**{name: getattr(job, name) for name in _INSERTED}))
+        plan = plan_from(row)
+        assert plan is not None
+        moved.append(plan)
+    return moved

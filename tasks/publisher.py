@@ -1,4 +1,8 @@
-"""Job messages onto the broker: one producer, one connection, one pipeline per chunk.
+"""The publish door: job messages onto the broker, then their `dispatched_at` stamps.
+
+Messages go out on one producer, one connection, one pipeline per chunk; each chunk the
+broker took is stamped in the ledger in batch (`DispatchStamps`, below), so the dispatch
+relay knows it was sent. The runtime's `publish` is `JobPublisher.publish`.
 
 Why: `app.send_task` pays per message for routing, a queue-declaration check, a retry
 wrapper and, on Redis, a new client and a round trip (~1 ms), so a batch of 4,000 jobs
@@ -18,14 +22,20 @@ the dispatch relay's to send (a duplicate is dropped by the claim's compare-and-
 
 from __future__ import annotations
 
+import atexit
 import logging
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from planq.domain.errors import LedgerUnavailableError
 from planq.domain.jobs import AsyncJob
-from planq.domain.redaction import Redactor, describe_exception
+from planq.domain.outage import DEFAULT_OUTAGE_BUDGET, PROCESS_OUTAGES, OutageMonitor
+from planq.domain.periodic import PeriodicBatch
+from planq.domain.redaction import BUILTIN, Redactor, describe_exception
 
 logger = logging.getLogger("planq.publish")
+stamp_logger = logging.getLogger("planq.dispatch")
 
 #: Jobs per pipeline flush (two broker commands each at most: the message, its sent event).
 CHUNK = 500
@@ -37,12 +47,36 @@ def task_name(job: AsyncJob) -> str:
 
 
 class JobPublisher:
-    """Publishes job messages for an app in chunks; yields what the broker took."""
+    """Publishes job messages for an app in chunks, and stamps each chunk the broker took."""
 
-    def __init__(self, app: Any, redactor: Redactor, chunk: int = CHUNK) -> None:
+    def __init__(
+        self,
+        app: Any,
+        redactor: Redactor,
+        stamp: Callable[[list[str]], object],
+        chunk: int = CHUNK,
+    ) -> None:
         self.app = app
         self.redactor = redactor
         self.chunk = chunk
+        #: `dispatched_at` for what was sent, in one statement per ~100 ms (`stamp`: the
+        #: ledger's `mark_dispatched`).
+        self.stamps = DispatchStamps(stamp, redactor=redactor)
+
+    def publish(self, jobs: Sequence[AsyncJob]) -> None:
+        """Send the jobs' messages, pipelined by chunk; stamp each chunk the broker took.
+
+        The one publish path: task id = job id, the kwargs carry ids only, and Flower's
+        kwargsrepr is redacted. Producers reach it only through the lifecycle (a committed
+        row), never with kwargs of their own. A chunk the broker did not take stays
+        unstamped: the dispatch relay sends it.
+        """
+        for sent in self.send(jobs):
+            self.stamps.add(sent)
+
+    def close(self) -> None:
+        """Stamp what is pending and stop the stamps' thread."""
+        self.stamps.close()
 
     def send(self, jobs: Sequence[AsyncJob]) -> Iterator[list[str]]:
         """Publish every job's message; yield each chunk's job ids once the broker has it."""
@@ -154,4 +188,109 @@ class _Batch:
         return known
 
 
-__all__ = ["CHUNK", "JobPublisher", "task_name"]
+#: Seconds between flushes: far inside the relay's grace (600 s by default).
+FLUSH_INTERVAL = 0.1
+
+
+class DispatchStamps:
+    """Collects published job ids and stamps them in one statement per interval.
+
+    The stamp tells the relay a row's message was sent. It is only a hint with a generous
+    grace (the relay waits `dispatch_grace` before re-publishing an unstamped row), so it
+    can trail the publish by a fraction of a second, and a stamp lost with its process
+    costs at most one duplicate message, which the claim's compare-and-set drops. `delay()`
+    therefore makes one round trip to the database, and a burst shares one statement.
+
+    The thread is a `PeriodicBatch`. Through a ledger outage the ids are kept and retried
+    (the outage is the monitor's to log, once) until the outage has lasted `outage_budget`
+    seconds; then they are left to the relay, with one warning. Any other failure drops the
+    batch with one redacted line: a stamp is a hint only.
+    """
+
+    def __init__(
+        self,
+        stamp: Callable[[list[str]], object],
+        interval: float = FLUSH_INTERVAL,
+        outage_budget: float = DEFAULT_OUTAGE_BUDGET,
+        outages: OutageMonitor | None = None,
+        redactor: Redactor = BUILTIN,
+    ):
+        self._stamp = stamp
+        self.outages = PROCESS_OUTAGES if outages is None else outages
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+        #: The flush thread: started by add(), ends when nothing is pending.
+        self.loop = PeriodicBatch(
+            self._stamp_pending,
+            interval,
+            what="dispatch stamps",
+            idle=lambda: not self.pending,
+            name="planq-dispatch-stamps",
+            outages=self.outages,
+            redactor=redactor,
+            log=stamp_logger,
+            outage_budget=outage_budget,
+            on_budget_spent=self._leave_to_the_relay,
+        )
+        atexit.register(self.flush)
+
+    @property
+    def interval(self) -> float:
+        """Seconds between flushes (a test may stretch it to flush by hand)."""
+        return self.loop.interval
+
+    @interval.setter
+    def interval(self, seconds: float) -> None:
+        self.loop.interval = seconds
+
+    @property
+    def outage_budget(self) -> float:
+        """Seconds of outage the ids are kept through before they are left to the relay."""
+        return self.loop.outage_budget or 0.0
+
+    @property
+    def pending(self) -> int:
+        """How many ids wait for their stamp (held through an outage, or not yet flushed)."""
+        with self._lock:
+            return len(self._pending)
+
+    def add(self, job_ids: Iterable[str]) -> None:
+        """Remember ids whose message was just published; the thread stamps them soon."""
+        with self._lock:
+            self._pending.extend(job_ids)
+        self.loop.start()
+
+    def flush(self) -> int:
+        """Stamp everything pending now; how many ids were stamped (0 if that failed)."""
+        return self.loop.run_once()
+
+    def _stamp_pending(self) -> int:
+        """The loop's tick: one statement for every pending id; an outage puts them back."""
+        with self._lock:
+            ids, self._pending = self._pending, []
+        if not ids:
+            return 0
+        try:
+            self._stamp(ids)
+        except LedgerUnavailableError:  # kept for the next try; the loop counts the budget
+            with self._lock:
+                self._pending[:0] = ids
+            raise
+        return len(ids)
+
+    def _leave_to_the_relay(self) -> None:
+        """The outage outlasted the budget: drop the held ids (the relay re-publishes them)."""
+        with self._lock:
+            ids, self._pending = self._pending, []
+        if ids:
+            stamp_logger.warning("dropping %d stamp(s) after %.0fs", len(ids), self.outage_budget)
+
+    def close(self) -> None:
+        """Stamp what is pending and stop the thread."""
+        self.loop.stop()
+        self.flush()
+        self.loop.close()
+        atexit.unregister(self.flush)
+
+
+__all__ = ["CHUNK", "FLUSH_INTERVAL", "DispatchStamps", "JobPublisher", "task_name"]

@@ -12,13 +12,11 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from planq.domain.jobs import AsyncJob
 from planq.domain.lifecycle import PlanLifecycleService
 from planq.domain.ports import CancelOutcome
 from planq.domain.redaction import BUILTIN, Redactor
@@ -27,7 +25,6 @@ from planq.domain.runs.heartbeat import interval_for
 from planq.store import Database, SqlRunStoreProvider, prepare_partitions, sql_ledger
 from planq.store.ledger_scan import LedgerScan
 from planq.store.migrate import migrate_sqlite
-from planq.tasks.dispatch_stamps import DispatchStamps
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
 from planq.tasks.publisher import JobPublisher
@@ -80,6 +77,11 @@ class Runtime:
         self.db = Database(config.database_url)
         self.jobs, self.plans = sql_ledger(self.db)
         self.executors = ExecutorRegistry.from_settings(config.executors, config.default_executor)
+        #: The publish door (tasks/publisher.py): messages, then their dispatch stamps.
+        self.publisher = JobPublisher(
+            app, self.redactor, stamp=lambda ids: self.ledger.mark_dispatched(ids)
+        )
+        self.publish = self.publisher.publish
         self.worker = AsyncWorker(
             config.worker,
             self.jobs,
@@ -92,8 +94,6 @@ class Runtime:
             sweep_interval=config.stuck_check_interval,
         )
         self.ledger = self.worker.ledger
-        self.stamps = DispatchStamps(self.ledger.mark_dispatched, redactor=self.redactor)
-        self.publisher = JobPublisher(app, self.redactor)
         self.lifecycle = PlanLifecycleService(
             self.plans, self.jobs, config.worker, enqueue=self.publish, redactor=self.redactor
         )
@@ -130,17 +130,6 @@ class Runtime:
         interval = interval_for(self.config.run_stale_after)
         return RunHeartbeat(self.runs.heartbeat_runs, interval, redactor=self.redactor)
 
-    def publish(self, jobs: Sequence[AsyncJob]) -> None:
-        """Send the jobs' messages on one producer, pipelined by chunk; stamp each chunk sent.
-
-        The one publish path (tasks/publisher.py): task id = job id, the kwargs carry ids
-        only, and Flower's kwargsrepr is redacted. Producers reach it only through the
-        lifecycle (a committed row), never with kwargs of their own. A chunk the broker did
-        not take stays unstamped: the dispatch relay sends it.
-        """
-        for sent in self.publisher.send(jobs):
-            self.stamps.add(sent)
-
     def broadcast_cancel(self, job_id: str, outcome: CancelOutcome) -> None:
         """Tell every worker the cancel of job_id is recorded (a revoke, no terminate).
 
@@ -156,7 +145,7 @@ class Runtime:
 
     def close(self) -> None:
         """Stamp what is pending, stop the heartbeat threads, close the connections."""
-        self.stamps.close()
+        self.publisher.close()
         self.worker.tracker.close()
         heartbeat: RunHeartbeat | None = self.__dict__.get("run_heartbeat")
         if heartbeat is not None:

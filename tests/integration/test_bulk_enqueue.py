@@ -56,7 +56,7 @@ def test_a_bulk_batch_runs_on_a_real_worker_exactly_once(
     assert len({p.plan_id for p in plans}) == count
     results = client.queue_phases([p.plan_id for p in plans], "strategize", app=app)
     rt = runtime_for(app)
-    rt.stamps.flush()
+    rt.publisher.stamps.flush()
     env = worker_env(redis_url, database_url, default_executor=COUNTED)
     env["PLANQ_TEST_SECONDS"] = "0"
     worker = WorkerProcess(env, "bulk", log_path=tmp_path / "worker.log")

@@ -105,7 +105,7 @@ def strategized_plans(rt: Runtime, count: int) -> list[Plan]:
         plan.__dict__.update(phase=PlanPhase.strategize, status=PlanStatus.complete)
         rt.plans.add(plan)
         plans.append(plan)
-    rt.stamps.flush()
+    rt.publisher.stamps.flush()
     return plans
 
 
@@ -123,7 +123,7 @@ def test_one_job_costs_its_budget_of_statements(
     producer, worker = BUDGET[dialect]
     # The dispatched stamp is batched apart from the job (one UPDATE per ~100 ms for every
     # publish): hold it, so a slow run_job on a loaded machine does not count it.
-    runtime.stamps.interval = 3600.0
+    runtime.publisher.stamps.interval = 3600.0
 
     counted.reset()
     result = task.delay(plans[0].plan_id)
@@ -146,12 +146,12 @@ def test_dispatch_stamps_are_one_statement_for_a_batch(
     app: Celery, runtime: Runtime, counted: Counter
 ) -> None:
     plans = strategized_plans(runtime, 5)
-    runtime.stamps.interval = 3600.0  # the batch thread waits: this test flushes by hand
+    runtime.publisher.stamps.interval = 3600.0  # the batch thread waits: this test flushes by hand
     task = app.tasks["planq.execute_plan"]
     ids = [task.delay(p.plan_id).id for p in plans]
-    assert runtime.stamps.pending == len(ids)
+    assert runtime.publisher.stamps.pending == len(ids)
     counted.reset()
-    assert runtime.stamps.flush() == len(ids)
+    assert runtime.publisher.stamps.flush() == len(ids)
     stamps = [s for s in counted.statements if "dispatched_at" in s]
     assert len(stamps) == 1, counted.statements
     for job_id in ids:  # every row stamped by that one statement
@@ -177,7 +177,7 @@ def test_bulk_plans_and_their_queue_are_one_statement_each(
 ) -> None:
     """create_plans: one INSERT for the batch; delay_many: one statement; stamps: one."""
     dialect = runtime.db.dialect
-    runtime.stamps.interval = 3600.0  # the batch thread waits: this test flushes by hand
+    runtime.publisher.stamps.interval = 3600.0  # the batch thread waits: this test flushes by hand
     counted.reset()
     plans = runtime.lifecycle.create_plans([["a", "b"]] * 300, [f"bulk-{i}" for i in range(300)])
     # One INSERT for the 300 plans (SQLite: one executemany, inside its BEGIN IMMEDIATE).
@@ -192,8 +192,8 @@ def test_bulk_plans_and_their_queue_are_one_statement_each(
     ids = app.tasks["planq.strategize_plan"].delay_many([p.plan_id for p in plans])
     assert len(ids) == 300
     assert len(counted.statements) == (1 if dialect == "postgresql" else 601), counted.statements
-    assert runtime.stamps.pending == 300  # every chunk the broker took, waiting for its stamp
+    assert runtime.publisher.stamps.pending == 300  # every chunk the broker took, unstamped yet
     counted.reset()
-    assert runtime.stamps.flush() == 300
+    assert runtime.publisher.stamps.flush() == 300
     stamps = [s for s in counted.statements if "dispatched_at" in s]
     assert len(stamps) == 1 and len(counted.statements) <= 2, counted.statements  # + BEGIN

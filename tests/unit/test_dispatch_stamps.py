@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from planq.domain.errors import LedgerUnavailableError
-from planq.tasks.dispatch_stamps import DispatchStamps
+from planq.tasks.publisher import DispatchStamps
 from tests.support import wait_for
 
 
