@@ -50,13 +50,17 @@ class PlanLifecycleService:
         config: AsyncWorkerConfig | None = None,
         enqueue: Enqueue | None = None,
         redactor: Redactor = BUILTIN,
+        ledger: JobLedger | None = None,
     ) -> None:
         self.plans = plans
         self.jobs = jobs
         self.config = config or AsyncWorkerConfig()
         self.enqueue = enqueue
-        #: The door every job write goes through, the queue included (domain/ledger.py).
-        self.ledger = None if jobs is None else JobLedger(jobs, plans, redactor, enqueue=enqueue)
+        #: The door every job write goes through, the queue included (domain/ledger.py):
+        #: the runtime's own (one per process), or one over these stores (the spec's form).
+        if ledger is None and jobs is not None:
+            ledger = JobLedger(jobs, plans, redactor, enqueue=enqueue)
+        self.ledger = ledger
 
     def create_plan(self, steps: Steps, name: str = "") -> Plan:
         """Store a new plan with these steps.

@@ -95,7 +95,12 @@ class Runtime:
         )
         self.ledger = self.worker.ledger
         self.lifecycle = PlanLifecycleService(
-            self.plans, self.jobs, config.worker, enqueue=self.publish, redactor=self.redactor
+            self.plans,
+            self.jobs,
+            config.worker,
+            enqueue=self.publish,
+            redactor=self.redactor,
+            ledger=self.ledger,  # the process's one JobLedger, the worker's
         )
 
     def worker_id_for(self, pid: int) -> str:

@@ -103,3 +103,20 @@ def test_only_bootstrap_builds_an_app_and_its_runtime() -> None:
         "worker_config/bootstrap.py": ["Celery", "attach_runtime"],
         "tasks/runtime.py": ["RuntimeHolder"],  # attach_runtime's own body
     }
+
+
+def test_a_process_has_one_job_ledger(tmp_path: Path) -> None:
+    # The lifecycle's queue and the worker's writes go through the same JobLedger.
+    from planq.tasks.runtime import reset_runtime, runtime_for
+    from planq.worker_config.bootstrap import bootstrap
+    from planq.worker_config.settings import load_settings
+
+    app = bootstrap(
+        load_settings(database_url=f"sqlite:///{tmp_path / 'one.db'}", broker_url="memory://")
+    )
+    try:
+        runtime = runtime_for(app)
+        assert runtime.lifecycle.ledger is runtime.ledger is runtime.worker.ledger
+        assert runtime.worker.publish == runtime.publish == runtime.publisher.publish
+    finally:
+        reset_runtime(app)
