@@ -321,3 +321,28 @@ def test_migration_round_trips_a_filled_ledger() -> None:
         db.close()
     finally:
         drop_pg_database(url)
+
+
+def test_the_partitioned_table_keeps_the_models_constraint_names(pg_url: str) -> None:
+    # The check names are what a refused write reports (`ck_async_jobs_terminal_finished`).
+    from sqlalchemy import CheckConstraint
+
+    from planq.store.models import AsyncJobModel
+
+    expected = {
+        str(c.name) for c in AsyncJobModel.__table__.constraints if isinstance(c, CheckConstraint)
+    }
+    db = Database(pg_url)
+    try:
+        with db.engine.connect() as conn:
+            found = set(
+                conn.execute(
+                    text(
+                        "SELECT conname FROM pg_constraint "
+                        "WHERE conrelid = 'async_jobs'::regclass AND contype = 'c'"
+                    )
+                ).scalars()
+            )
+    finally:
+        db.close()
+    assert found == expected

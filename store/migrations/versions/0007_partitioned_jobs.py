@@ -87,7 +87,10 @@ def _create_jobs_table(**options: Any) -> None:
     op.create_table(
         "async_jobs",
         *_columns(),
-        *(sa.CheckConstraint(sql, name=f"ck_async_jobs_{name}") for name, sql in CHECKS.items()),
+        *(
+            sa.CheckConstraint(sql, name=op.f(f"ck_async_jobs_{name}"))
+            for name, sql in CHECKS.items()
+        ),
         sa.PrimaryKeyConstraint("job_id", name="pk_async_jobs"),
         **options,
     )
