@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -52,6 +53,7 @@ class Browser:
             command,
             pass_fds=(3, 4, *high),  # 3 and 4 kept open: they are set in the child
             preexec_fn=wire,
+            start_new_session=True,  # its helpers (renderer, crashpad) in one group to end
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -107,13 +109,32 @@ class Browser:
         return data
 
     def close(self) -> None:
-        """End the browser and remove its profile."""
+        """End the browser and every helper process it started, then remove its profile.
+
+        Chromium's helpers can outlive the main process for a moment and still write into
+        the profile ("Directory not empty: 'Default'" on a loaded machine), so the whole
+        process group is ended and waited for before the profile goes.
+        """
         os.close(self._out)
         os.close(self._in)
-        self.process.terminate()
+        group = self.process.pid
+        self._signal_group(group, signal.SIGTERM)
         try:
             self.process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=20)
+        deadline = time.monotonic() + 10
+        while self._signal_group(group, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._signal_group(group, signal.SIGKILL)
         self._profile.cleanup()
+
+    @staticmethod
+    def _signal_group(group: int, sig: int) -> bool:
+        """Send sig to the process group; False once no process of it is left."""
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return False
+        return True

@@ -96,7 +96,17 @@ def test_kill_9_of_a_whole_worker_completes_on_another(
     try:
         wait_for_status(runtime.jobs, job_id, AsyncJobStatus.failed, timeout=150)
     except pytest.fail.Exception as exc:
-        pytest.fail(f"{exc}\n--- beat ---\n{beat.log_tail()}\n--- w2 ---\n{w2.log_tail(80)}")
+        row = runtime.jobs.get(job_id)
+        facts = None if row is None else (row.status, row.worker_id, row.last_heartbeat)
+        with runtime.db.engine.connect() as conn:
+            seen = conn.exec_driver_sql(
+                "SELECT sweep, last_seen_at, available_since, clock_timestamp(), "
+                "pg_postmaster_start_time() FROM ledger_availability"
+            ).all()
+        pytest.fail(
+            f"{exc}\njob (status, worker, heartbeat): {facts}\nsightings: {seen}"
+            f"\n--- beat ---\n{beat.log_tail()}\n--- w2 ---\n{w2.log_tail(80)}"
+        )
     retry = wait_for(lambda: retry_of(runtime, job_id), timeout=30, what="the retry row")
     done = wait_for_status(runtime.jobs, retry.job_id, AsyncJobStatus.succeeded, timeout=60)
     recovered = time.monotonic() - killed_at
