@@ -86,13 +86,14 @@ def test_kill_9_of_a_whole_worker_completes_on_another(
     w1 = start_worker("w1", test_seconds=4.0, **RETRYING)
     [job_id] = queue_jobs(producer, runtime, 1)
     first = running_checkpointed(runtime, job_id)
-    w2 = start_worker("w2", test_seconds=1.0, **RETRYING)
-    beat = start_beat(**RETRYING)
+    # Killed at once, mid-job: w2 is started after the kill, because on a loaded machine its
+    # start-up outlasted the job's 4 s and w1 finished the job (succeeded, never failed).
     killed_at = time.monotonic()
     w1.kill()
-    # Polled: the margin is for a loaded machine (CI's), where the sweep can run late (one
-    # loaded run with three other test runs beside it took over 90 s). If it still does
-    # not come, the beat's and the sweeping worker's logs say why.
+    w2 = start_worker("w2", test_seconds=1.0, **RETRYING)
+    beat = start_beat(**RETRYING)
+    # Polled: the margin is for a loaded machine (CI's), where the sweep can run late. If it
+    # does not come, the job row, the ledger's sightings and the logs say why.
     try:
         wait_for_status(runtime.jobs, job_id, AsyncJobStatus.failed, timeout=150)
     except pytest.fail.Exception as exc:
