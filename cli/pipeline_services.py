@@ -13,6 +13,7 @@ from typing import Any
 from planq.cli.context import Planq
 from planq.cli.output import Refused
 from planq.cli.services import find_plan
+from planq.tasks import metrics
 
 
 def cli_user() -> str:
@@ -47,7 +48,7 @@ def decide(
     """(plan, the job approval queued or None); Refused if the plan is not waiting."""
     from planq.domain.errors import NotAwaitingApprovalError
 
-    find_plan(session, plan_id)
+    since = find_plan(session, plan_id).updated_at  # when it reached the gate, if it waits
     if approve:
         session.require_broker()
     lifecycle = session.runtime.lifecycle
@@ -55,8 +56,11 @@ def decide(
         if approve:
             queued = lifecycle.approve_plan(plan_id, actor, note)
             session.runtime.publisher.stamps.flush()
+            metrics.gate_decided("approved", since)
             return queued.plan, queued.job
-        return lifecycle.reject_plan(plan_id, actor, note), None
+        rejected = lifecycle.reject_plan(plan_id, actor, note)
+        metrics.gate_decided("rejected", since)
+        return rejected, None
     except NotAwaitingApprovalError as exc:
         raise Refused(str(exc)) from None
 

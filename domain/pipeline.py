@@ -183,6 +183,19 @@ def after_success(plan: Plan, phase: PlanPhase) -> tuple[Step, PlanPhase | None]
     return Step.queue_next, following
 
 
+@dataclass(frozen=True)
+class GateSummary:
+    """The plans waiting at an approval gate, read for the metrics endpoint's gauges.
+
+    `waiting` counts no further than the reader's cap (`capped` then says "at least");
+    `oldest_since` is when the longest-waiting one reached its gate (None: nobody waits).
+    """
+
+    waiting: int
+    oldest_since: datetime | None
+    capped: bool = False
+
+
 def waiting_for(plan: Plan) -> PlanPhase | None:
     """The phase a plan awaiting approval would run next (None if it is not waiting)."""
     if plan.pipeline_state is not PipelineState.awaiting_approval or plan.phase is None:
@@ -190,4 +203,4 @@ def waiting_for(plan: Plan) -> PlanPhase | None:
     return next_phase(plan.phase)
 
 
-__all__ = ["EventKind", "PipelineRequest", "PipelineState", "PlanEvent", "Step"]
+__all__ = ["EventKind", "GateSummary", "PipelineRequest", "PipelineState", "PlanEvent", "Step"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from planq.domain.clock import utcnow
@@ -227,27 +227,28 @@ class PipelineLedger:
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while it was cancelled")
 
     # -- expiry: a gate nobody decided in time ------------------------------------------------
-    def expire_waiting(self, limit: int = 100) -> list[str]:
-        """End plans waiting past their approval timeout as `expired`; their ids.
+    def expire_waiting(self, limit: int = 100) -> dict[str, datetime]:
+        """End plans waiting past their approval timeout as `expired`; id -> since when.
 
         Each is the same compare-and-set as a decision (the plan's version): an approval
         that wins first leaves it alone. The wait counts from entering the gate (the
         plan's `updated_at`, which nothing else moves while it waits).
         """
         now = utcnow()
-        expired: list[str] = []
+        expired: dict[str, datetime] = {}
         for plan in self._plans.list_awaiting(limit):
             timeout = plan.pipeline_approval_timeout
             if timeout is None or plan.updated_at + timedelta(seconds=timeout) > now:
                 continue
             phase, note = waiting_for(plan), f"no decision within {timeout:g} s"
+            since = plan.updated_at
             try:
                 with self.ledger.jobs.transaction():
                     self._set_state(plan, PipelineState.expired)
                     self.record(plan.plan_id, EventKind.expired, phase, actor="timeout", note=note)
             except ConcurrentUpdateError:
                 continue  # decided meanwhile
-            expired.append(plan.plan_id)
+            expired[plan.plan_id] = since
         return expired
 
     # -- helpers ------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 from planq.domain.availability import Availability
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
-from planq.domain.pipeline import PlanEvent
+from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
 
 
@@ -250,6 +250,9 @@ class PlanStore(Protocol):
 
     def list_awaiting(self, limit: int = 100) -> list[Plan]:
         """Plans waiting at their gate with an approval timeout, longest waiting first."""
+
+    def gate_summary(self, at_most: int = 10_000) -> GateSummary:
+        """How many plans wait at a gate (counting no further than at_most), the oldest since."""
 
     def add_event(self, event: PlanEvent) -> None:
         """Append one event to its plan's audit trail (PlanNotFoundError if the plan is gone)."""

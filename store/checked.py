@@ -17,12 +17,13 @@ from datetime import datetime
 
 from planq.domain.availability import Availability, check_sweep
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
-from planq.domain.pipeline import PlanEvent
+from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.store.validation import (
     check_at_most,
     check_batch_size,
+    check_cap,
     check_checkpoint_json,
     check_error_message,
     check_error_traceback,
@@ -458,6 +459,10 @@ class CheckedPlanStore(ABC):
         check_list_limit(limit)
         return self._list_awaiting(limit)
 
+    def gate_summary(self, at_most: int = 10_000) -> GateSummary:
+        """How many plans wait at a gate (counting no further than at_most), the oldest since."""
+        return self._gate_summary(check_cap(at_most))
+
     def add_event(self, event: PlanEvent) -> None:
         """Append one event to its plan's trail (PlanNotFoundError if the plan is gone)."""
         check_event(event)
@@ -477,6 +482,9 @@ class CheckedPlanStore(ABC):
 
     @abstractmethod
     def _list_awaiting(self, limit: int | None) -> list[Plan]: ...
+
+    @abstractmethod
+    def _gate_summary(self, at_most: int) -> GateSummary: ...
 
     @abstractmethod
     def _add_event(self, event: PlanEvent) -> None: ...

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from planq.domain.availability import Availability
 from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError, PlanNotFoundError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
-from planq.domain.pipeline import PlanEvent
+from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import PipelineState, Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
 from planq.domain.transitions import (
@@ -470,6 +470,16 @@ class InMemoryPlanStore(CheckedPlanStore):
             ]
         found.sort(key=lambda p: (p.updated_at, p.plan_id))
         return [p.model_copy() for p in (found if limit is None else found[:limit])]
+
+    def _gate_summary(self, at_most: int) -> GateSummary:
+        """The plans at a gate, counted no further than at_most."""
+        with self._shared.lock:
+            since = sorted(
+                p.updated_at
+                for p in self._rows.values()
+                if p.pipeline_state is PipelineState.awaiting_approval
+            )[:at_most]
+        return GateSummary(len(since), since[0] if since else None, capped=len(since) >= at_most)
 
     def _add_event(self, event: PlanEvent) -> None:
         """Append one event."""

@@ -24,7 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from planq.domain.clock import as_utc
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.pipeline import EventKind
-from planq.domain.plans import PlanPhase, PlanStatus
+from planq.domain.plans import PipelineState, PlanPhase, PlanStatus
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -51,6 +51,8 @@ FILLFACTOR = 85
 PHASES = [p.value for p in PlanPhase]
 PLAN_STATUSES = [s.value for s in PlanStatus]
 EVENT_KINDS = [k.value for k in EventKind]
+#: The plans the expiry sweep and the gate gauges read (migration 0010).
+WAITING_AT_GATE = f"pipeline_state = '{PipelineState.awaiting_approval.value}'"
 
 
 def _partial(name: str, columns: list[str], where: str, unique: bool = False) -> Index:
@@ -163,6 +165,7 @@ class PlanModel(Base):
         CheckConstraint("(phase IS NULL) = (status IS NULL)", name="phase_status_together"),
         CheckConstraint("version >= 0", name="version"),
         Index(None, "created_at", "plan_id"),  # the listing, newest first
+        _partial("ix_plans_awaiting_gate", ["updated_at", "plan_id"], WAITING_AT_GATE),
         {"postgresql_with": {"fillfactor": FILLFACTOR}},
     )
 

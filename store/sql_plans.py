@@ -8,8 +8,9 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
+from planq.domain.clock import as_utc
 from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
-from planq.domain.pipeline import PlanEvent
+from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import PipelineState, Plan
 from planq.domain.ports import Ledger
 from planq.store.checked import CheckedPlanStore
@@ -136,7 +137,7 @@ class SqlPlanStore(CheckedPlanStore):
             return bool(s.execute(delete(P).where(P.plan_id == plan_id.upper())).rowcount)  # type: ignore[attr-defined]
 
     def _list_awaiting(self, limit: int | None) -> list[Plan]:
-        """Plans at their gate with a timeout, longest waiting first (a few: no index)."""
+        """Plans at their gate with a timeout, longest waiting first (the gate index)."""
         stmt = (
             select(P)
             .where(
@@ -148,6 +149,21 @@ class SqlPlanStore(CheckedPlanStore):
         )
         with self.db.session() as s:
             return [to_domain(r) for r in s.scalars(stmt)]
+
+    def _gate_summary(self, at_most: int) -> GateSummary:
+        """One statement over the gate index: the first at_most waiting plans, counted."""
+        first = (
+            select(P.updated_at)
+            .where(P.pipeline_state == PipelineState.awaiting_approval.value)
+            .order_by(P.updated_at, P.plan_id)
+            .limit(at_most)
+            .subquery()
+        )
+        stmt = select(func.count(), func.min(first.c.updated_at))
+        with self.db.session() as s:
+            waiting, oldest = s.execute(stmt).one()
+        since = None if oldest is None else as_utc(oldest)
+        return GateSummary(int(waiting), since, capped=int(waiting) >= at_most)
 
     # -- the audit trail (append-only) ---------------------------------------------------
     def _add_event(self, event: PlanEvent) -> None:

@@ -40,6 +40,7 @@ from planq.domain.plans import Plan
 
 __all__ = [
     "check_batch_size",
+    "check_cap",
     "check_checkpoint_json",
     "check_error_message",
     "check_error_traceback",
@@ -136,7 +137,12 @@ def check_list_limit(limit: object) -> int | None:
 
 def check_at_most(at_most: object) -> int | None:
     """A bounded count's cap: None (count all) or an int from 1 to MAX_LIST_LIMIT + 1."""
-    return None if at_most is None else check_int("at_most", at_most, 1, MAX_LIST_LIMIT + 1)
+    return None if at_most is None else check_cap(at_most)
+
+
+def check_cap(at_most: object) -> int:
+    """A cap a count must have: an int from 1 to MAX_LIST_LIMIT + 1."""
+    return check_int("at_most", at_most, 1, MAX_LIST_LIMIT + 1)
 
 
 def check_batch_size(batch_size: object) -> int:

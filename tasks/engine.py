@@ -402,8 +402,12 @@ class AsyncWorker:
         except Exception:  # one sweep's failure must not stop the job sweep's report
             logger.exception("could not expire plans waiting past their approval timeout")
             return
+        for since in expired.values():
+            metrics.gate_decided("expired", since)
         if expired:
-            logger.info("%d plan(s) expired at their approval gate: %s", len(expired), expired)
+            logger.info(
+                "%d plan(s) expired at their approval gate: %s", len(expired), list(expired)
+            )
 
     def cleanup_expired_jobs(self) -> int:
         """Delete terminal rows older than job_ttl, in bounded batches."""

@@ -11,13 +11,22 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from functools import cache
 from typing import Any
+
+from planq.domain.clock import utcnow
+from planq.domain.pipeline import GateSummary
 
 logger = logging.getLogger("planq.metrics")
 _lock = threading.Lock()
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: a person decides: from seconds to days
+APPROVAL_BUCKETS = (1, 10, 60, 300, 900, 3600, 4 * 3600, 86400, 7 * 86400)
+#: the gate gauges count no further than this many waiting plans (then "at least")
+GATE_COUNT_CAP = 10_000
 
 
 @cache
@@ -53,6 +62,12 @@ def _metrics() -> dict[str, Any]:
         ),
         "findings": Counter(
             "planq_findings_total", "Findings recorded, by severity", ["job_name", "severity"]
+        ),
+        "approval_wait": Histogram(
+            "planq_plan_approval_wait_seconds",
+            "Time a plan waited at its approval gate, by how the wait ended",
+            ["decision"],
+            buckets=APPROVAL_BUCKETS,
         ),
     }
 
@@ -118,8 +133,66 @@ def findings_recorded(job_name: str, counts: dict[str, int]) -> None:
             _metrics()["findings"].labels(job_name=job_name, severity=severity).inc(count)
 
 
-def serve_metrics(port: int, addr: str = "0.0.0.0", directory: str | None = None) -> str:
-    """Serve /metrics on port, aggregating every process of this worker; the data dir."""
+@_safe
+def gate_decided(decision: str, reached_gate: datetime) -> None:
+    """A wait at the approval gate ended: approved, rejected or expired."""
+    waited = (utcnow() - reached_gate).total_seconds()
+    _metrics()["approval_wait"].labels(decision=decision).observe(max(waited, 0.0))
+
+
+class GateCollector:
+    """The plans waiting at an approval gate, read from the ledger at each scrape.
+
+    Decisions come from any process (the CLI, the API, beat's expiry), so a counter kept
+    in one of them would miss the others: the ledger is the one place that knows. One
+    statement over the gate index per scrape; a failed read yields nothing (logged).
+    """
+
+    def __init__(self, read: Callable[[int], GateSummary]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            gate = self.read(GATE_COUNT_CAP)
+        except Exception:
+            logger.exception("could not read the plans waiting at a gate")
+            return
+        since = gate.oldest_since
+        oldest = 0.0 if since is None else max((utcnow() - since).total_seconds(), 0.0)
+        yield GaugeMetricFamily(
+            "planq_plans_awaiting_approval",
+            f"Plans waiting at their approval gate (counted up to {GATE_COUNT_CAP})",
+            value=gate.waiting,
+        )
+        yield GaugeMetricFamily(
+            "planq_plan_approval_oldest_wait_seconds",
+            "How long the longest-waiting plan has waited at its gate (0: none waits)",
+            value=oldest,
+        )
+
+
+def exposition(gate: Callable[[int], GateSummary]) -> tuple[bytes, str]:
+    """(body, content type): this process's metrics and the gate gauges, for the admin API."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+    _metrics()  # the families exist (at zero) before the first decision
+    gauges = CollectorRegistry()
+    gauges.register(GateCollector(gate))
+    return generate_latest(REGISTRY) + generate_latest(gauges), CONTENT_TYPE_LATEST
+
+
+def serve_metrics(
+    port: int,
+    addr: str = "0.0.0.0",
+    directory: str | None = None,
+    gate: Callable[[int], GateSummary] | None = None,
+) -> str:
+    """Serve /metrics on port, aggregating every process of this worker; the data dir.
+
+    gate reads the plans waiting at a gate (the ledger's `gate_summary`) at each scrape.
+    """
     with _lock:
         directory = directory or os.environ.get("PROMETHEUS_MULTIPROC_DIR")
         if not directory:
@@ -136,6 +209,8 @@ def serve_metrics(port: int, addr: str = "0.0.0.0", directory: str | None = None
 
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        if gate is not None:
+            registry.register(GateCollector(gate))
         start_http_server(port, addr=addr, registry=registry)
         logger.info("planq metrics on %s:%d (multiprocess dir %s)", addr, port, directory)
         return directory

@@ -82,9 +82,12 @@ def connect_signals(app: Celery, preflight: Callable[[], None] | None = None) ->
             holder.name_node(node)
         install_revoke_bridge()
         if config.metrics_port:  # in the parent, before any child forks: they inherit it
-            metrics.serve_metrics(config.metrics_port)
+            metrics.serve_metrics(config.metrics_port, gate=_gate_summary)
         owner = holder.run_owner or run_owner_name(None)
         sweep_at_boot(app, owner, config.run_stale_after)
+
+    def _gate_summary(at_most: int) -> Any:
+        return runtime_for(app).plans.gate_summary(at_most)
 
     def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
         metrics.process_exited(pid or os.getpid())

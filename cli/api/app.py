@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from planq.cli.api import (
     dashboard,
     dashboard_pages,
+    metrics_route,
     routes_ledger,
     routes_pipeline,
     routes_runs,
@@ -61,6 +62,7 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
     app.include_router(dashboard_pages.router)  # before the overview's /fragments/{name}
     app.include_router(workers.router)  # likewise
     app.include_router(dashboard.router)
+    app.include_router(metrics_route.router)
     install_docs(app)
 
     @app.get("/healthz", tags=["health"])

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import socket
+from datetime import timedelta
 
 import pytest
 import requests
 from celery import Celery
 from prometheus_client.parser import text_string_to_metric_families
 
+from planq.domain.clock import utcnow
 from planq.domain.jobs import AsyncJobStatus
-from planq.domain.plans import Plan
+from planq.domain.plans import PipelineState, Plan, PlanPhase, PlanStatus
 from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.celery_support import wait_for_status
@@ -56,3 +58,17 @@ def test_worker_metrics_count_jobs_from_every_child(
     count = ("planq_job_duration_seconds_count", (("phase", "strategize"),))
     assert scraped[count] == 6.0
     assert ("planq_stuck_jobs_detected_total", ()) in scraped
+
+    # The gate gauges come from the ledger at each scrape, whoever decides: a plan that
+    # waits at its approval gate shows in the worker's endpoint without passing through it.
+    assert scraped[("planq_plans_awaiting_approval", ())] == 0.0
+    waiting = Plan.with_steps(["x"])
+    runtime.plans.add(waiting)
+    waiting.phase, waiting.status = PlanPhase.execute, PlanStatus.complete
+    waiting.pipeline_through = waiting.pipeline_gate = PlanPhase.apply
+    waiting.pipeline_state = PipelineState.awaiting_approval
+    waiting.updated_at = utcnow() - timedelta(minutes=5)
+    runtime.plans.update(waiting)
+    gauges = samples(port)
+    assert gauges[("planq_plans_awaiting_approval", ())] == 1.0
+    assert 300 <= gauges[("planq_plan_approval_oldest_wait_seconds", ())] < 400

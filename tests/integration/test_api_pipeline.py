@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from planq.tasks.runtime import Runtime
 from tests.api_support import ApiServer
 from tests.integration import test_api as api_tests
@@ -29,6 +31,17 @@ def pipeline_of(api: ApiServer, plan_id: str, state: str) -> dict[str, Any]:
     return found
 
 
+def metric(api: ApiServer, name: str, **labels: str) -> float:
+    """One sample of the API's /metrics (0 if it has none yet)."""
+    page = api.get("/metrics")
+    assert page.status_code == 200, page.text
+    for family in text_string_to_metric_families(page.text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return 0.0
+
+
 def new_plan(api: ApiServer) -> str:
     created = api.post("/api/ledger/plans", json={"steps": [{"name": "a", "seconds": 0.01}]})
     assert created.status_code == 201, created.text
@@ -47,6 +60,10 @@ def test_a_pipeline_through_the_api_waits_is_approved_once_and_keeps_its_trail(
     assert started.json()["job"]["phase"] == "strategize"
     waiting = pipeline_of(api, plan_id, "awaiting_approval")
     assert waiting["state"] == "Execute/COMPLETE"
+    assert metric(api, "planq_plans_awaiting_approval") == 1
+    assert metric(api, "planq_plan_approval_oldest_wait_seconds") > 0
+    wait_count = "planq_plan_approval_wait_seconds_count"
+    approvals = metric(api, wait_count, decision="approved")
 
     unauth = api.post(f"/api/ledger/plans/{plan_id}/approve", json={}, token=None)
     assert unauth.status_code == 401
@@ -55,6 +72,9 @@ def test_a_pipeline_through_the_api_waits_is_approved_once_and_keeps_its_trail(
     assert approved.json()["job"]["phase"] == "apply"
     again = api.post(f"/api/ledger/plans/{plan_id}/approve", json={"by": "bob"})
     assert again.status_code == 409 and again.json()["error"] == "refused", again.text
+    assert metric(api, wait_count, decision="approved") == approvals + 1  # the refusal: none
+    assert metric(api, "planq_plans_awaiting_approval") == 0
+    assert metric(api, "planq_plan_approval_oldest_wait_seconds") == 0
 
     done = pipeline_of(api, plan_id, "done")
     assert done["state"] == "Apply/COMPLETE" and len(done["jobs"]) == 3

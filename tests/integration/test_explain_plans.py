@@ -256,6 +256,8 @@ def operations(db: Database) -> dict[str, Callable[[], object]]:
         "plans list": lambda: plans.list_recent(),
         "plans list after a cursor": lambda: plans.list_recent(after=_id(JOBS // 6)),
         "plans count capped": lambda: plans.count(at_most=10_001),
+        "plans waiting at a gate (metrics)": lambda: plans.gate_summary(),
+        "approval expiry sweep": lambda: plans.list_awaiting(),
         "stuck sweep": lambda: jobs.list_stuck(now - timedelta(minutes=5)),
         "relay": lambda: jobs.list_dispatch_due(
             now - timedelta(seconds=30), now - timedelta(minutes=5)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from prometheus_client import REGISTRY
 
 from planq.domain.errors import (
     BoundsError,
@@ -372,7 +373,14 @@ def test_a_next_phase_committed_but_never_published_is_sent_by_the_relay_once(
     ]
 
 
+def expired_waits() -> float:
+    """Expiries the approval-wait histogram of this process has seen."""
+    labels = {"decision": "expired"}
+    return REGISTRY.get_sample_value("planq_plan_approval_wait_seconds_count", labels) or 0.0
+
+
 def test_a_gate_nobody_decides_in_time_expires_the_plan(idle: Runtime) -> None:
+    expiries = expired_waits()
     plan = new_plan(idle)
     idle.lifecycle.run_plan(
         plan.plan_id, through="apply", approve_before="execute", approval_timeout=0.5
@@ -390,6 +398,7 @@ def test_a_gate_nobody_decides_in_time_expires_the_plan(idle: Runtime) -> None:
 
     ended = wait_for(expired, timeout=30, what="the gate to expire")
     assert ended.label == "Strategize/COMPLETE"
+    assert expired_waits() == expiries + 1  # the wait histogram, as the worker serves it
     with pytest.raises(NotAwaitingApprovalError):
         idle.lifecycle.approve_plan(plan.plan_id, actor="late")
     last = idle.lifecycle.plan_events(plan.plan_id)[-1]
