@@ -219,6 +219,34 @@ def test_an_approval_and_a_rejection_at_once_one_decides(idle: Runtime, attempt:
         assert phases_queued(idle, plan.plan_id) == ["strategize"]
 
 
+@pytest.mark.parametrize("second", ["approve", "reject"])
+def test_a_decision_on_a_plan_read_before_another_decided_is_refused(
+    idle: Runtime, second: str
+) -> None:
+    """The race's losing interleaving, forced: both deciders read the waiting plan first.
+
+    Threads above meet it only when the scheduler lets both read before either writes;
+    here it happens every time, so the compare-and-set on the plan's version must refuse.
+    """
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="execute")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.worker.run_job(job.job_id).value == "succeeded"
+    first_read, second_read = idle.plans.get(plan.plan_id), idle.plans.get(plan.plan_id)
+    assert first_read is not None and second_read is not None
+    assert first_read.pipeline_state is PipelineState.awaiting_approval
+
+    pipeline = idle.ledger.pipeline
+    assert pipeline.decide(first_read, True, "ann", None) is not None  # approved: execute queued
+    with pytest.raises(NotAwaitingApprovalError, match="decided by someone else"):
+        pipeline.decide(second_read, second == "approve", "bob", None)
+    assert phases_queued(idle, plan.plan_id) == ["strategize", "execute"]
+    decisions = [k for k in kinds(idle, plan.plan_id) if k[0] in ("approved", "rejected")]
+    assert decisions == [("approved", "execute")]
+    final = idle.plans.get(plan.plan_id)
+    assert final is not None and final.pipeline_state is PipelineState.running
+
+
 def test_reject_ends_the_pipeline_with_who_and_why(runtime: Runtime) -> None:
     plan = new_plan(runtime)
     runtime.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="apply")
