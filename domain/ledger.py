@@ -233,13 +233,25 @@ class JobLedger:
             if outcome is CancelOutcome.cancelled:
                 job = self.jobs.get(job_id)
                 assert job is not None
-                plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
-                self._audit_cancel(plan, job, actor)
+                self._ended(job, AsyncJobStatus.cancelled, None, actor)
             elif outcome is CancelOutcome.requested and actor and self.plans is not None:
                 job = self.jobs.get(job_id)  # only a request someone named is read back
                 assert job is not None
                 self._audit_cancel(self.plans.get(job.plan_id), job, actor)
             return outcome
+
+    def _ended(
+        self, job: AsyncJob, status: AsyncJobStatus, error: str | None, actor: str | None = None
+    ) -> None:
+        """A job ended outside its worker's finish: its plan follows, its trail records it.
+
+        A pipeline plan's trail gets who asked (a cancel) and the end, in the caller's
+        transaction.
+        """
+        plan = self._follow(job.plan_id, job.phase, status)
+        if status is AsyncJobStatus.cancelled:
+            self._audit_cancel(plan, job, actor)
+        self.pipeline.ended(plan, job, status, error)
 
     def _audit_cancel(self, plan: Plan | None, job: AsyncJob, actor: str | None) -> None:
         if actor is not None and plan is not None and plan.pipeline_state is not None:
@@ -258,8 +270,7 @@ class JobLedger:
                 return False
             job = self.jobs.get(job_id)
             assert job is not None
-            plan = self._follow(job.plan_id, job.phase, AsyncJobStatus.cancelled)
-            self._audit_cancel(plan, job, actor)
+            self._ended(job, AsyncJobStatus.cancelled, None, actor)
             return True
 
     def expire_stuck(
@@ -293,7 +304,7 @@ class JobLedger:
             try:
                 with self.jobs.transaction():
                     if self.jobs.expire(job.job_id, cutoff, now, STUCK_ERROR):
-                        self._follow(job.plan_id, job.phase, AsyncJobStatus.failed)
+                        self._ended(job, AsyncJobStatus.failed, STUCK_ERROR)
                         expired.append(job)
             except PlanqError:  # one bad row must not stall the sweep for the others
                 logger.exception("could not expire stuck job %s", job.job_id)
@@ -305,7 +316,7 @@ class JobLedger:
             error = NEVER_PICKED_UP_ERROR.format(n=dispatches)
             if not self.jobs.fail_queued(job.job_id, utcnow(), error):
                 return False
-            self._follow(job.plan_id, job.phase, AsyncJobStatus.failed)
+            self._ended(job, AsyncJobStatus.failed, error)
             return True
 
     def retry(self, job: AsyncJob) -> AsyncJob | None:

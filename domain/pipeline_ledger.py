@@ -162,7 +162,7 @@ class PipelineLedger:
         plan = self._plans.get(job.plan_id)
         if plan is None or plan.pipeline_state is None:
             return None
-        self.record(plan.plan_id, _ENDED[status], job.phase, job.job_id, note=error)
+        self.ended(plan, job, status, error)
         if status is not AsyncJobStatus.succeeded:
             return None  # a failed or cancelled phase stops it; `jobs retry` resumes it
         step, following = after_success(plan, job.phase)
@@ -175,6 +175,17 @@ class PipelineLedger:
             self._set_state(plan, PipelineState.done)
             self.record(plan.plan_id, EventKind.done, job.phase)
         return None
+
+    def ended(
+        self, plan: Plan | None, job: AsyncJob, status: AsyncJobStatus, error: str | None
+    ) -> None:
+        """A phase job's end on its pipeline plan's trail, in the caller's transaction.
+
+        Every way a job ends records it: the worker's finish, a cancel of a queued job, the
+        stuck sweep, a message no worker picked up. A plan without a pipeline keeps no trail.
+        """
+        if plan is not None and plan.pipeline_state is not None:
+            self.record(plan.plan_id, _ENDED[status], job.phase, job.job_id, note=error)
 
     # -- the gate: approve or reject, a compare-and-set ---------------------------------------
     def decide(self, plan: Plan, approve: bool, actor: object, note: object) -> AsyncJob | None:

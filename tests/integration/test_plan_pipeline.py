@@ -516,3 +516,51 @@ def test_an_event_for_a_plan_that_is_gone_is_refused_and_nothing_is_kept(idle: R
     plan = new_plan(idle)
     idle.plans.add_event(PlanEvent(plan_id=plan.plan_id, kind=EventKind.approved, actor="ann"))
     assert [e.actor for e in idle.lifecycle.plan_events(plan.plan_id)] == ["ann"]
+
+
+def ended_events(rt: Runtime, plan_id: str) -> list[tuple[str, str | None, str | None, str | None]]:
+    """The trail's ends and cancel requests: (kind, job id, actor, note)."""
+    wanted = ("succeeded", "failed", "cancelled", "cancel_requested")
+    return [
+        (e.kind.value, e.job_id, e.actor, e.note)
+        for e in rt.lifecycle.plan_events(plan_id)
+        if e.kind.value in wanted
+    ]
+
+
+@pytest.mark.parametrize("door", ["cancel", "cancel_queued"])
+def test_a_queued_phase_cancelled_before_it_ran_is_on_the_trail(idle: Runtime, door: str) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="apply")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    if door == "cancel":
+        assert idle.ledger.cancel(job.job_id, actor="cli:ops").value == "cancelled"
+    else:  # a revoke nobody recorded, which a node ends on its own
+        assert idle.ledger.cancel_queued(job.job_id, actor="flower")
+    actor = "cli:ops" if door == "cancel" else "flower"
+    assert ended_events(idle, plan.plan_id) == [
+        ("cancel_requested", job.job_id, actor, None),
+        ("cancelled", job.job_id, None, None),
+    ]
+
+
+def test_a_phase_the_stuck_sweep_fails_is_on_the_trail(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="apply")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.ledger.claim(job.job_id, "gone@host/1") is not None  # a holder that then dies
+    swept = wait_for(
+        lambda: idle.ledger.expire_stuck(0.01) or None, timeout=30, what="the stuck sweep"
+    )
+    assert [j.job_id for j in swept] == [job.job_id]
+    assert ended_events(idle, plan.plan_id) == [("failed", job.job_id, None, "heartbeat expired")]
+    assert phases_queued(idle, plan.plan_id) == ["strategize"]  # a failed phase stops it
+
+
+def test_a_phase_no_worker_picked_up_is_on_the_trail(idle: Runtime) -> None:
+    plan = new_plan(idle)
+    idle.lifecycle.run_plan(plan.plan_id, through="apply")
+    (job,) = idle.jobs.list_by_plan(plan.plan_id)
+    assert idle.ledger.fail_undeliverable(job, 5)
+    note = "never picked up after 5 dispatches"
+    assert ended_events(idle, plan.plan_id) == [("failed", job.job_id, None, note)]
