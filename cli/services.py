@@ -278,14 +278,18 @@ def list_jobs(
     after (a job id) pages by key: the jobs listed after that one. A row whose payload
     the domain refuses is listed as an UnreadableJob naming why, not an error for the page.
     """
-    from planq.domain.ids import require_ulid
-
     check_window(limit, offset)
-    wanted = parse_status(status)
-    plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
+    wanted, plan = job_filter(status, plan_id)
     store = session.ledger.jobs
     cursor = keyset_cursor(store, "job", after)
     return list(store.list_recent(wanted, plan, limit=limit, offset=offset, after=cursor))
+
+
+def job_filter(status: str | None, plan_id: str | None) -> tuple[Any, str | None]:
+    """(status, plan id) of a job listing's filter, checked (BadInput / InvalidIdError)."""
+    from planq.domain.ids import require_ulid
+
+    return parse_status(status), None if plan_id is None else require_ulid("plan_id", plan_id)
 
 
 def keyset_cursor(store: Any, kind: str, after: str | None) -> str | None:
@@ -317,10 +321,7 @@ def job_page(
     after: str | None = None,
 ) -> Page:
     """Jobs newest first, filtered by status and/or plan, with the filter's bounded total."""
-    from planq.domain.ids import require_ulid
-
-    wanted = parse_status(status)
-    plan = require_ulid("plan_id", plan_id) if plan_id is not None else None
+    wanted, plan = job_filter(status, plan_id)
     rows = list_jobs(session, status, plan, limit, offset, after)
     counted = session.ledger.jobs.count(wanted, plan, at_most=TOTAL_CAP + 1)
     cursor = next_cursor(rows, limit, "job_id")

@@ -6,7 +6,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -218,3 +218,23 @@ class Database:
         """Close every pooled connection."""
         for engine in self.engines:
             engine.dispose()
+
+
+class OnDatabase:
+    """What a SQL store is to its ports: stores on one Database are one ledger.
+
+    Their transactions are the database's ambient one, so the job and plan stores (and a
+    pipeline's writes through both) commit together.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self.db = database
+
+    @property
+    def ledger(self) -> Database:
+        """The database: stores on the same Database object are one ledger."""
+        return self.db
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """The database's ambient transaction (shared by every store on it)."""
+        return self.db.transaction()

@@ -14,7 +14,7 @@ from planq.domain.availability import Availability
 from planq.domain.errors import DuplicateJobError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, UnreadableJob
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import CancelOutcome, Claimed, Ledger, iter_batches
+from planq.domain.ports import CancelOutcome, Claimed, iter_batches
 from planq.domain.transitions import (
     CANCEL_QUEUED,
     EXPIRE,
@@ -25,7 +25,7 @@ from planq.domain.transitions import (
 )
 from planq.store.availability import last_sighting, sight_ledger
 from planq.store.checked import CheckedJobStore
-from planq.store.database import Database
+from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.models import PlanModel as P
@@ -84,20 +84,8 @@ def to_values(job: AsyncJob) -> dict[str, Any]:
     return {name: data[name] for name in _FIELDS}
 
 
-class SqlJobStore(CheckedJobStore):
+class SqlJobStore(OnDatabase, CheckedJobStore):
     """SQLAlchemy 2.0 job ledger for SQLite and PostgreSQL."""
-
-    def __init__(self, database: Database) -> None:
-        self.db = database
-
-    @property
-    def ledger(self) -> Ledger:
-        """The database: stores on the same Database object are one ledger."""
-        return self.db
-
-    def transaction(self) -> Any:
-        """The database's ambient transaction (shared with SqlPlanStore)."""
-        return self.db.transaction()
 
     def _select(self, *where: Any, limit: int | None = None) -> list[AsyncJob]:
         stmt = select(J).where(*where).order_by(J.created_at, J.job_id).limit(limit)

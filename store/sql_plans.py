@@ -12,9 +12,8 @@ from planq.domain.clock import as_utc
 from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import PipelineState, Plan
-from planq.domain.ports import Ledger
 from planq.store.checked import CheckedPlanStore
-from planq.store.database import Database
+from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
 from planq.store.models import PlanEventModel, PlanModel
 
@@ -51,20 +50,8 @@ def to_values(plan: Plan) -> dict[str, Any]:
     return {name: data[name] for name in _FIELDS}
 
 
-class SqlPlanStore(CheckedPlanStore):
+class SqlPlanStore(OnDatabase, CheckedPlanStore):
     """Plans table access; shares its Database (and so its transactions) with SqlJobStore."""
-
-    def __init__(self, database: Database) -> None:
-        self.db = database
-
-    @property
-    def ledger(self) -> Ledger:
-        """The database: stores on the same Database object are one ledger."""
-        return self.db
-
-    def transaction(self) -> Any:
-        """The database's ambient transaction."""
-        return self.db.transaction()
 
     def _add(self, plan: Plan) -> None:
         """INSERT a new plan."""

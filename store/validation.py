@@ -7,8 +7,9 @@ nothing and never reaches the driver as a DataError or an OverflowError.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import TypeVar
 
 from planq.domain.availability import MAX_GAP, check_sweep
 from planq.domain.bounds import (
@@ -37,6 +38,8 @@ from planq.domain.jobs import (
 )
 from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.plans import Plan
+
+_T = TypeVar("_T")
 
 __all__ = [
     "check_batch_size",
@@ -76,17 +79,24 @@ def check_plan(plan: object) -> None:
     plan.check_fields()
 
 
+def _check_batch(
+    field: str, items: object, kind: type[_T], verb: str, check_each: Callable[[object], None]
+) -> list[_T]:
+    """A batch: a list (not a string) of 1 to MAX_BATCH items, each checked; as a typed list."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise WrongTypeError(field, f"must be a list of {kind.__name__}", describe(items))
+    if not items:
+        raise ValueError(f"nothing to {verb}: no {field} given")
+    if len(items) > MAX_BATCH:
+        raise BoundsError(field, f"at most {MAX_BATCH} per call", str(len(items)))
+    for item in items:
+        check_each(item)
+    return [item for item in items if isinstance(item, kind)]
+
+
 def check_new_plans(plans: object) -> list[Plan]:
     """A batch of new plans (1 to MAX_BATCH, each checked, no id twice); as a list."""
-    if isinstance(plans, str | bytes) or not isinstance(plans, Sequence):
-        raise WrongTypeError("plans", "must be a list of Plan", describe(plans))
-    if not plans:
-        raise ValueError("nothing to add: no plans given")
-    if len(plans) > MAX_BATCH:
-        raise BoundsError("plans", f"at most {MAX_BATCH} per call", str(len(plans)))
-    for plan in plans:
-        check_plan(plan)
-    typed = [p for p in plans if isinstance(p, Plan)]
+    typed = _check_batch("plans", plans, Plan, "add", check_plan)
     if len({p.plan_id for p in typed}) != len(typed):
         raise ValueError("a plan id appears twice in the batch")
     return typed
@@ -189,15 +199,7 @@ def check_sighting(sweep: object, max_gap: object, recovered_ago: object) -> Non
 
 def check_fresh_jobs(jobs: Sequence[object]) -> None:
     """ValueError unless jobs are new queued first attempts of one phase, one per plan."""
-    if isinstance(jobs, str | bytes) or not isinstance(jobs, Sequence):
-        raise WrongTypeError("jobs", "must be a list of AsyncJob", describe(jobs))
-    if not jobs:
-        raise ValueError("nothing to queue: no jobs given")
-    if len(jobs) > MAX_BATCH:
-        raise BoundsError("jobs", f"at most {MAX_BATCH} per call", str(len(jobs)))
-    for job in jobs:
-        check_job(job)
-    typed = [j for j in jobs if isinstance(j, AsyncJob)]
+    typed = _check_batch("jobs", jobs, AsyncJob, "queue", check_job)
     if len({j.phase for j in typed}) != 1:
         raise ValueError("one queue call queues one phase")
     if len({j.plan_id for j in typed}) != len(typed):

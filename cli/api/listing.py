@@ -107,26 +107,22 @@ def plans(
     ident: str | None = None,
 ) -> Listing:
     """Plans newest first: by id, keyset pages with the store's bounded total, or walked."""
-    status = choice("status", status, PLAN_STATUSES)
-    phase = choice("phase", phase, PHASES)
-    query = {k: v for k, v in (("status", status), ("phase", phase)) if v}
+    status, phase, query, matches = _criteria(status, phase, PLAN_STATUSES)
     if ident and ident.strip():
         plan = plan_for_id(planq, ident)
-        keep = status in (None, _status_of(plan)) and phase in (None, _phase_of(plan))
+        keep = matches(plan)
         return Listing([plan] if keep else [], "1" if keep else "0", query=query)
     if status is None and phase is None:
         page = services.plan_page(planq, limit, after=after)
         older = {"after": page.next_after} if page.next_after else None
         return Listing(page.rows, page.total_text(), older, query=query, later=bool(after))
-    walked = _walk(
+    return _filtered(
         lambda cursor: services.recent_plans(planq, BATCH, after=cursor),
-        lambda plan: status in (None, _status_of(plan)) and phase in (None, _phase_of(plan)),
-        "plan_id",
-        after,
-        limit,
+        matches,
+        ("plan_id", after, limit),
+        query,
+        ("filtered", "plans"),
     )
-    note = f"filtered while reading {walked.scanned:,} plans (newest first); not counted"
-    return replace(walked.listing(query, note), later=bool(after))
 
 
 def jobs(
@@ -138,29 +134,52 @@ def jobs(
     ident: str | None = None,
 ) -> Listing:
     """Jobs newest first: by id, keyset pages with the store's bounded total, or walked."""
-    status = choice("status", status, JOB_STATUSES)
-    phase = choice("phase", phase, PHASES)
-    query = {k: v for k, v in (("status", status), ("phase", phase)) if v}
+    status, phase, query, matches = _criteria(status, phase, JOB_STATUSES)
     if ident and ident.strip():
-        found = [
-            j
-            for j in jobs_for_id(planq, ident)
-            if status in (None, _status_of(j)) and phase in (None, _phase_of(j))
-        ]
+        found = [j for j in jobs_for_id(planq, ident) if matches(j)]
         return Listing(found, str(len(found)), query=query)
     if phase is None:
         page = services.job_page(planq, status, None, limit, after=after)
         older = {**query, "after": page.next_after} if page.next_after else None
         return Listing(page.rows, page.total_text(), older, query=query, later=bool(after))
-    walked = _walk(
+    return _filtered(
         lambda cursor: services.list_jobs(planq, status, None, BATCH, after=cursor),
-        lambda job: _phase_of(job) == phase,
-        "job_id",
-        after,
-        limit,
+        matches,  # the store filtered the status already
+        ("job_id", after, limit),
+        query,
+        ("phase filtered", f"{status} jobs" if status else "jobs"),
     )
-    kind = f"{status} jobs" if status else "jobs"
-    note = f"phase filtered while reading {walked.scanned:,} {kind} (newest first); not counted"
+
+
+def _criteria(
+    status: str | None, phase: str | None, statuses: tuple[str, ...]
+) -> tuple[str | None, str | None, dict[str, str], Callable[[Any], bool]]:
+    """A listing's filter, checked: (status, phase, its query string, whether a row matches)."""
+    status = choice("status", status, statuses)
+    phase = choice("phase", phase, PHASES)
+    query = {k: v for k, v in (("status", status), ("phase", phase)) if v}
+
+    def matches(row: Any) -> bool:
+        return status in (None, _status_of(row)) and phase in (None, _phase_of(row))
+
+    return status, phase, query, matches
+
+
+def _filtered(
+    fetch: Callable[[str | None], list[Any]],
+    keep: Callable[[Any], bool],
+    page: tuple[str, str | None, int],
+    query: dict[str, str],
+    said: tuple[str, str],
+) -> Listing:
+    """A page walked newest first through what the filter keeps, with a note: not counted.
+
+    page is (id name, after, limit); said is (how it filtered, what it read).
+    """
+    id_name, after, limit = page
+    walked = _walk(fetch, keep, id_name, after, limit)
+    how, what = said
+    note = f"{how} while reading {walked.scanned:,} {what} (newest first); not counted"
     return replace(walked.listing(query, note), later=bool(after))
 
 
