@@ -30,22 +30,6 @@ EVENT = (
 PIPELINE = ["pipeline_through", "pipeline_gate", "pipeline_state"]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database brought to head by the migrations."""
-    if request.param == "sqlite":
-        made = f"sqlite:///{tmp_path / 'ledger.db'}"
-        upgrade(made)
-        yield made
-        return
-    made = create_pg_database()
-    try:
-        upgrade(made)
-        yield made
-    finally:
-        drop_pg_database(made)
-
-
 def _plan_columns(db: Database) -> list[str]:
     with db.engine.connect() as conn:
         return [str(c["name"]) for c in inspect(conn).get_columns("plans")]
@@ -56,8 +40,8 @@ def _tables(db: Database) -> list[str]:
         return list(inspect(conn).get_table_names())
 
 
-def test_the_pipeline_comes_and_goes_with_every_plan_kept(url: str) -> None:
-    db = Database(url)
+def test_the_pipeline_comes_and_goes_with_every_plan_kept(migrated_url: str) -> None:
+    db = Database(migrated_url)
     try:
         assert all(c in _plan_columns(db) for c in PIPELINE) and "plan_events" in _tables(db)
         with db.engine.begin() as conn:
@@ -68,11 +52,11 @@ def test_the_pipeline_comes_and_goes_with_every_plan_kept(url: str) -> None:
             with pytest.raises(Exception, match="ck_plan_events_kind"), conn.begin_nested():
                 conn.execute(text(bad))
 
-        downgrade(url, "0006_error_traceback")
+        downgrade(migrated_url, "0006_error_traceback")
         assert not any(c in _plan_columns(db) for c in PIPELINE)
         assert "plan_events" not in _tables(db)
 
-        upgrade(url)
+        upgrade(migrated_url)
         with db.engine.connect() as conn:
             rows = conn.execute(
                 text("SELECT plan_id, version, pipeline_state, pipeline_through FROM plans")
