@@ -22,7 +22,8 @@ import time
 
 from celery import Celery
 
-BROKER_URL = os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/14")
+from bench.raw_app import BROKER_SIDE
+
 DATABASE_URL = os.environ.get(
     "BENCH_CELERY_SQL_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
@@ -31,19 +32,8 @@ JOB_SECONDS = float(os.environ.get("BENCH_JOB_SECONDS", "0") or 0)
 
 app = Celery("bench_celery_sql", set_as_current=False)
 app.conf.update(
-    broker_url=BROKER_URL,
-    # The same serializer and delivery guarantees as bench/raw_app.py (and planq).
-    task_serializer="json",
-    result_serializer="json",
-    accept_content=["json"],
-    event_serializer="json",
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    broker_transport_options={"visibility_timeout": 12 * 3600.0},
-    broker_connection_retry_on_startup=True,
+    BROKER_SIDE,  # the same serializer and delivery guarantees as bench/raw_app.py (and planq)
     task_default_queue=QUEUE,
-    worker_hijack_root_logger=False,
     # Job states in SQL, as the Celery docs suggest.
     result_backend=f"db+{DATABASE_URL}",
     task_ignore_result=False,

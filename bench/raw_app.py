@@ -24,23 +24,28 @@ COUNTER_KEY = "bench:raw:done"
 EVENTS = os.environ.get("BENCH_RAW_EVENTS", "0") == "1"
 JOB_SECONDS = float(os.environ.get("BENCH_JOB_SECONDS", "0") or 0)
 
+#: The same serializer and delivery guarantees as worker_config/celery_config.py: every
+#: Celery row of the benchmark (raw, celery-sql) starts from these.
+BROKER_SIDE: dict[str, Any] = {
+    "broker_url": BROKER_URL,
+    "task_serializer": "json",
+    "result_serializer": "json",
+    "accept_content": ["json"],
+    "event_serializer": "json",
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    "worker_prefetch_multiplier": 1,
+    "broker_transport_options": {"visibility_timeout": 12 * 3600.0},
+    "broker_connection_retry_on_startup": True,
+    "worker_hijack_root_logger": False,
+}
+
 app = Celery("bench_raw", set_as_current=False)
 app.conf.update(
-    broker_url=BROKER_URL,
-    # The same serializer and delivery guarantees as worker_config/celery_config.py.
-    task_serializer="json",
-    result_serializer="json",
-    accept_content=["json"],
-    event_serializer="json",
+    BROKER_SIDE,
     result_backend=None,
     task_ignore_result=True,
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    broker_transport_options={"visibility_timeout": 12 * 3600.0},
-    broker_connection_retry_on_startup=True,
     task_default_queue=QUEUE,
-    worker_hijack_root_logger=False,
     worker_send_task_events=EVENTS,
     task_send_sent_event=EVENTS,
     task_track_started=EVENTS,
