@@ -7,15 +7,11 @@ gone on the way down with the plan kept, back (NULL: no pipeline) on the way up.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlalchemy import inspect, text
 
 from planq.store import Database
 from planq.store.migrate import downgrade, upgrade
-from tests.support import create_pg_database, drop_pg_database
 
 PLAN = (
     "INSERT INTO plans (plan_id, name, phase, status, spec_json, created_at, updated_at, "
