@@ -13,7 +13,6 @@ from typing import Any
 from planq.cli.context import Planq
 from planq.cli.output import Refused
 from planq.cli.services import find_plan
-from planq.tasks import metrics
 
 
 def cli_user() -> str:
@@ -48,7 +47,7 @@ def decide(
     """(plan, the job approval queued or None); Refused if the plan is not waiting."""
     from planq.domain.errors import NotAwaitingApprovalError
 
-    since = find_plan(session, plan_id).updated_at  # when it reached the gate, if it waits
+    find_plan(session, plan_id)
     if approve:
         session.require_broker()
     lifecycle = session.runtime.lifecycle
@@ -56,11 +55,8 @@ def decide(
         if approve:
             queued = lifecycle.approve_plan(plan_id, actor, note)
             session.runtime.publisher.stamps.flush()
-            metrics.gate_decided("approved", since)
             return queued.plan, queued.job
-        rejected = lifecycle.reject_plan(plan_id, actor, note)
-        metrics.gate_decided("rejected", since)
-        return rejected, None
+        return lifecycle.reject_plan(plan_id, actor, note), None
     except NotAwaitingApprovalError as exc:
         raise Refused(str(exc)) from None
 

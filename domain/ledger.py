@@ -21,7 +21,7 @@ from planq.domain.errors import (
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from planq.domain.pipeline import EventKind
-from planq.domain.pipeline_ledger import Enqueue, PipelineLedger
+from planq.domain.pipeline_ledger import Enqueue, GateObserver, PipelineLedger
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
@@ -74,6 +74,7 @@ class JobLedger:
         *,
         outages: OutageMonitor | None = None,
         enqueue: Enqueue | None = None,
+        on_gate_decided: GateObserver | None = None,
     ) -> None:
         self.jobs = jobs
         self.plans = plans
@@ -84,6 +85,9 @@ class JobLedger:
         #: Publishes a job a pipeline queued, after its transaction commits (the normal
         #: path: the runtime's publish; the dispatch relay covers a process that dies first).
         self.enqueue = enqueue
+        #: Told of every wait at an approval gate that ended (approved, rejected, expired)
+        #: and since when it waited, after the decision commits (the process's metrics).
+        self.on_gate_decided = on_gate_decided
         #: The pipeline's writes (run, advance, approve, reject, stop), in this ledger.
         self.pipeline = PipelineLedger(self)
 

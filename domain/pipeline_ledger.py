@@ -43,6 +43,8 @@ logger = logging.getLogger("planq.pipeline")
 
 #: Called after commit with the jobs a pipeline queued (the runtime's publish).
 Enqueue = Callable[[Sequence[AsyncJob]], None]
+#: Called after commit when a wait at a gate ended: (approved|rejected|expired, since when).
+GateObserver = Callable[[str, datetime], None]
 
 _ENDED = {
     AsyncJobStatus.succeeded: EventKind.succeeded,
@@ -195,7 +197,7 @@ class PipelineLedger:
         other is a NotAwaitingApprovalError, as is a plan that is not waiting at all.
         """
         who, text = check_actor(actor), check_note(note)
-        following = waiting_for(plan)
+        following, since = waiting_for(plan), plan.updated_at  # it waits since then
         if following is None:
             state = plan.pipeline_state.value if plan.pipeline_state else "none"
             raise NotAwaitingApprovalError(plan.plan_id, state)
@@ -210,6 +212,7 @@ class PipelineLedger:
                     self._queue(job, who)
         except ConcurrentUpdateError:
             raise NotAwaitingApprovalError(plan.plan_id, "decided by someone else") from None
+        self._observe(kind.value, since)
         if job is not None:
             self._publish([job])
         return job
@@ -260,6 +263,7 @@ class PipelineLedger:
             except ConcurrentUpdateError:
                 continue  # decided meanwhile
             expired[plan.plan_id] = since
+            self._observe(EventKind.expired.value, since)
         return expired
 
     # -- helpers ------------------------------------------------------------------------------
@@ -274,6 +278,16 @@ class PipelineLedger:
             raise ConcurrentUpdateError(f"plan {job.plan_id} changed while its pipeline moved")
         self.record(job.plan_id, EventKind.queued, job.phase, job.job_id, actor, note)
         return job
+
+    def _observe(self, decision: str, since: datetime) -> None:
+        """Tell the ledger's gate observer (metrics) of a decided wait; never fail for it."""
+        observe = self.ledger.on_gate_decided
+        if observe is None:
+            return
+        try:
+            observe(decision, since)
+        except Exception:
+            logger.exception("the gate observer failed")
 
     def _publish(self, jobs: list[AsyncJob]) -> None:
         if self.ledger.enqueue is None:

@@ -134,7 +134,12 @@ class AsyncWorker:
         self.outages = PROCESS_OUTAGES if outages is None else outages
         #: the one door for this worker's job writes (they ride out an outage inside it)
         self.ledger = JobLedger(
-            job_store, plan_store, redactor, outages=self.outages, enqueue=publish
+            job_store,
+            plan_store,
+            redactor,
+            outages=self.outages,
+            enqueue=publish,
+            on_gate_decided=metrics.gate_decided,
         )
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
@@ -402,8 +407,6 @@ class AsyncWorker:
         except Exception:  # one sweep's failure must not stop the job sweep's report
             logger.exception("could not expire plans waiting past their approval timeout")
             return
-        for since in expired.values():
-            metrics.gate_decided("expired", since)
         if expired:
             logger.info(
                 "%d plan(s) expired at their approval gate: %s", len(expired), list(expired)

@@ -141,7 +141,7 @@ def filled() -> Iterator[Database]:
                     f"SELECT relname FROM pg_class WHERE relispartition AND relpages < {SMALL}"
                 ).scalars()
             )
-            rows = "SELECT relname, reltuples FROM pg_class WHERE relispartition"
+            rows = "SELECT relname, reltuples FROM pg_class WHERE relispartition AND relkind = 'r'"
             PARTITION_ROWS.update((name, n) for name, n in conn.exec_driver_sql(rows))
         yield db
         db.close()
@@ -201,8 +201,10 @@ def _mostly_selected(node: dict[str, Any]) -> bool:
     Only the fill's last, partial day looks like that (at some hours of the day its rows
     are mostly the live set); a fleet's day partition is mostly finished jobs.
     """
-    rows = PARTITION_ROWS.get(str(node.get("Relation Name")))
-    return rows is not None and node.get("Plan Rows", 0) >= rows / 2
+    name = str(node.get("Relation Name"))
+    rows = PARTITION_ROWS.get(name)
+    newest = max((n for n, r in PARTITION_ROWS.items() if r > 0 and "default" not in n), default="")
+    return name == newest and rows is not None and node.get("Plan Rows", 0) >= rows / 2
 
 
 def _reads_big(plan: dict[str, Any]) -> bool:

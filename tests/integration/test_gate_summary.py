@@ -37,7 +37,11 @@ def test_the_summary_counts_the_waiting_plans_and_the_oldest_wait(plans: PlanSto
     assert summary.oldest_since == older.updated_at
     capped = plans.gate_summary(at_most=1)
     assert (capped.waiting, capped.capped, capped.oldest_since) == (1, True, older.updated_at)
-    assert newer.updated_at > older.updated_at
+    uncapped = plans.gate_summary(at_most=2)  # exactly the cap: "at least 2", and 2
+    assert (uncapped.waiting, uncapped.oldest_since) == (2, older.updated_at)
+    newer.pipeline_state = PipelineState.rejected  # a decision takes it off the gate
+    plans.update(newer)
+    assert plans.gate_summary().waiting == 1
 
 
 @pytest.mark.parametrize("bad", [0, -1, "10", 10**12, True])

@@ -7,6 +7,9 @@ A partial index on plans (updated_at, plan_id) WHERE pipeline_state = 'awaiting_
 the expiry sweep and the metrics endpoint's gauges (how many plans wait, the oldest wait)
 read only the plans at a gate, so at millions of plans they stay index reads of the few
 waiting ones instead of a scan of the table on every scrape.
+
+Built with a plain CREATE INDEX inside the upgrade's transaction: writes to `plans` wait
+while it is built (one pass over the table; as 0005's indexes, not CONCURRENTLY yet).
 """
 
 from __future__ import annotations
