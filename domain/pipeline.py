@@ -187,13 +187,12 @@ def after_success(plan: Plan, phase: PlanPhase) -> tuple[Step, PlanPhase | None]
 class GateSummary:
     """The plans waiting at an approval gate, read for the metrics endpoint's gauges.
 
-    `waiting` counts no further than the reader's cap (`capped` then says "at least");
+    `waiting` counts no further than the reader's cap (at the cap it means "at least");
     `oldest_since` is when the longest-waiting one reached its gate (None: nobody waits).
     """
 
     waiting: int
     oldest_since: datetime | None
-    capped: bool = False
 
 
 def waiting_for(plan: Plan) -> PlanPhase | None:

@@ -241,15 +241,15 @@ class PipelineLedger:
         raise ConcurrentUpdateError(f"plan {plan_id} kept changing while it was cancelled")
 
     # -- expiry: a gate nobody decided in time ------------------------------------------------
-    def expire_waiting(self, limit: int = 100) -> dict[str, datetime]:
-        """End plans waiting past their approval timeout as `expired`; id -> since when.
+    def expire_waiting(self, limit: int = 100) -> list[str]:
+        """End plans waiting past their approval timeout as `expired`; their ids.
 
         Each is the same compare-and-set as a decision (the plan's version): an approval
         that wins first leaves it alone. The wait counts from entering the gate (the
         plan's `updated_at`, which nothing else moves while it waits).
         """
         now = utcnow()
-        expired: dict[str, datetime] = {}
+        expired: list[str] = []
         for plan in self._plans.list_awaiting(limit):
             timeout = plan.pipeline_approval_timeout
             if timeout is None or plan.updated_at + timedelta(seconds=timeout) > now:
@@ -262,7 +262,7 @@ class PipelineLedger:
                     self.record(plan.plan_id, EventKind.expired, phase, actor="timeout", note=note)
             except ConcurrentUpdateError:
                 continue  # decided meanwhile
-            expired[plan.plan_id] = since
+            expired.append(plan.plan_id)
             self._observe(EventKind.expired.value, since)
         return expired
 

@@ -479,7 +479,7 @@ class InMemoryPlanStore(CheckedPlanStore):
                 for p in self._rows.values()
                 if p.pipeline_state is PipelineState.awaiting_approval
             )[:at_most]
-        return GateSummary(len(since), since[0] if since else None, capped=len(since) >= at_most)
+        return GateSummary(len(since), since[0] if since else None)
 
     def _add_event(self, event: PlanEvent) -> None:
         """Append one event."""

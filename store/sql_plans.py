@@ -150,7 +150,7 @@ class SqlPlanStore(OnDatabase, CheckedPlanStore):
         with self.db.session() as s:
             waiting, oldest = s.execute(stmt).one()
         since = None if oldest is None else as_utc(oldest)
-        return GateSummary(int(waiting), since, capped=int(waiting) >= at_most)
+        return GateSummary(int(waiting), since)
 
     # -- the audit trail (append-only) ---------------------------------------------------
     def _add_event(self, event: PlanEvent) -> None:

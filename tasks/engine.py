@@ -408,9 +408,7 @@ class AsyncWorker:
             logger.exception("could not expire plans waiting past their approval timeout")
             return
         if expired:
-            logger.info(
-                "%d plan(s) expired at their approval gate: %s", len(expired), list(expired)
-            )
+            logger.info("%d plan(s) expired at their approval gate: %s", len(expired), expired)
 
     def cleanup_expired_jobs(self) -> int:
         """Delete terminal rows older than job_ttl, in bounded batches."""
