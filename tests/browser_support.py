@@ -19,6 +19,13 @@ from typing import Any
 
 import pytest
 
+#: Chromium's answer to a command whose page went away under it (code -32000).
+NAVIGATED = "Inspected target navigated or closed"
+
+
+class Navigated(Exception):
+    """The tab navigated while a command ran in its page: ask again in the new one."""
+
 
 class Browser:
     """One headless Chromium process with one tab."""
@@ -84,16 +91,30 @@ class Browser:
             raw, self._buffer = self._buffer.split(b"\0", 1)
             reply = json.loads(raw)
             if reply.get("id") == self._next_id:
+                if "error" in reply and NAVIGATED in str(reply["error"].get("message")):
+                    raise Navigated(method)
                 if "error" in reply:
                     pytest.fail(f"{method} failed: {reply['error']}")
                 result: dict[str, Any] = reply.get("result", {})
                 return result
 
     def evaluate(self, expression: str) -> Any:
-        """The value of a JavaScript expression in the tab (promises awaited)."""
-        result = self.call(
-            "Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True
-        )
+        """The value of a JavaScript expression in the tab (promises awaited).
+
+        A tab that navigates while the expression runs (a click just followed, a page
+        loading) drops the evaluation; it is asked again in the page the tab now shows.
+        """
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                result = self.call(
+                    "Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True
+                )
+                break
+            except Navigated:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"the tab kept navigating while evaluating {expression!r}")
+                time.sleep(0.05)
         if "exceptionDetails" in result:
             pytest.fail(f"{expression!r} raised: {result['exceptionDetails']}")
         return result["result"].get("value")
