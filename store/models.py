@@ -191,6 +191,8 @@ class PlanEventModel(Base):
         CheckConstraint(f"phase IS NULL OR {_in('phase', PHASES)}", name="phase"),
         Index(None, "plan_id", "at"),  # a plan's timeline, in order
         Index(None, "at"),  # the TTL cleanup, oldest first
+        # PostgreSQL: one partition per day of event ids, as async_jobs (migration 0011).
+        {"postgresql_partition_by": "RANGE (event_id)"},
     )
 
 

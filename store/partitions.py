@@ -1,13 +1,15 @@
-"""PostgreSQL's time partitions of async_jobs: created ahead, dropped whole once expired.
+"""PostgreSQL's time partitions of the ledger's big tables: created ahead, dropped whole.
 
-`async_jobs` is `PARTITION BY RANGE (job_id)`. A job id is a ULID whose first 10
-characters encode its creation time in milliseconds and sort by it, so a range of ids
-bounded by two encoded instants is the set of jobs created in that interval, and the
-primary key stays `job_id` with no statement changed. One partition per INTERVAL (a
-day, aligned to UTC midnight), AHEAD of them created in advance (by the beat task
-`planq.maintenance.prepare_partitions` and at every `planq db upgrade`), and a DEFAULT
-partition for ids outside every range (see docs/architecture.md, "Time partitions").
-SQLite has no partitions: its TTL cleanup stays the batched delete.
+`async_jobs` is `PARTITION BY RANGE (job_id)` (migration 0007) and `plan_events` by
+`event_id` (0011). Both ids are ULIDs whose first 10 characters encode their creation time
+in milliseconds and sort by it, so a range of ids bounded by two encoded instants is the
+set of rows created in that interval, and the primary key stays the id with no statement
+changed. One partition per INTERVAL (a day, aligned to UTC midnight), AHEAD of them
+created in advance (by the beat task `planq.maintenance.prepare_partitions` and at every
+`planq db upgrade`), and a DEFAULT partition for ids outside every range (see
+docs/architecture.md, "Time partitions"). Each table is one `PartitionedTable`: what
+differs between them is only which rows a partition must keep. SQLite has no partitions:
+its TTL cleanup stays the batched delete.
 """
 
 from __future__ import annotations
@@ -23,11 +25,8 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from planq.store.database import as_outage, is_transient
-from planq.store.models import FILLFACTOR, LIVE, TERMINAL, AsyncJobModel
+from planq.store.models import FILLFACTOR, LIVE, TERMINAL, AsyncJobModel, PlanEventModel
 
-PARENT = "async_jobs"
-DEFAULT = "async_jobs_default"
-PREFIX = "async_jobs_p"
 INTERVAL = timedelta(days=1)
 #: Partitions kept ready beyond the current one: a week of beat outages before a job id
 #: lands in the DEFAULT partition.
@@ -39,10 +38,56 @@ LOCK_TIMEOUT = "2s"
 _ONE_AT_A_TIME = text("SELECT pg_advisory_xact_lock(23, 0)")
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_BOUND = re.compile(r"FROM \('(\w+)'\) TO \('(\w+)'\)")
-_COLUMNS = ", ".join(AsyncJobModel.__table__.columns.keys())
+_BOUND = re.compile(r"FROM \((MINVALUE|'\w+')\) TO \('(\w+)'\)")
 _IN_LIVE = ", ".join(f"'{s}'" for s in LIVE)
 _IN_TERMINAL = ", ".join(f"'{s}'" for s in TERMINAL)
+
+
+@dataclass(frozen=True)
+class PartitionedTable:
+    """One range-partitioned table: its name, its ULID key, and which partitions must stay.
+
+    `keeps` is an SQL condition over `{table}` and `:cutoff` that holds while the partition
+    still has a row the TTL must not take (index probes, not scans).
+    """
+
+    parent: str
+    key: str
+    columns: str
+    keeps: str
+    fillfactor: int = 100
+
+    @property
+    def default(self) -> str:
+        """The partition for ids outside every range."""
+        return f"{self.parent}_default"
+
+    @property
+    def prefix(self) -> str:
+        """Every range partition's name starts with it (a detached one's too)."""
+        return f"{self.parent}_p"
+
+
+#: A partition of jobs stays while it holds a live job or one that ended at or after cutoff.
+JOBS = PartitionedTable(
+    "async_jobs",
+    "job_id",
+    ", ".join(AsyncJobModel.__table__.columns.keys()),
+    f"EXISTS (SELECT 1 FROM {{table}} WHERE status IN ({_IN_LIVE})) "
+    f"OR EXISTS (SELECT 1 FROM {{table}} WHERE status IN ({_IN_TERMINAL}) "
+    "AND finished_at >= :cutoff)",
+    fillfactor=FILLFACTOR,
+)
+#: Append-only (so no fillfactor): a partition of events stays while one is recent.
+EVENTS = PartitionedTable(
+    "plan_events",
+    "event_id",
+    ", ".join(PlanEventModel.__table__.columns.keys()),
+    "EXISTS (SELECT 1 FROM {table} WHERE at >= :cutoff)",
+)
+TABLES = (JOBS, EVENTS)
+#: async_jobs' DEFAULT partition, as migration 0007 names it.
+DEFAULT = JOBS.default
 
 
 def ulid_prefix(moment: datetime) -> str:
@@ -61,7 +106,7 @@ def prefix_moment(prefix: str) -> datetime:
 
 @dataclass(frozen=True)
 class Partition:
-    """One attached range partition: its table and its [low, high) job id bounds."""
+    """One attached range partition: its table and its [low, high) id bounds ("" = MINVALUE)."""
 
     name: str
     low: str
@@ -69,34 +114,35 @@ class Partition:
 
     @property
     def ends(self) -> datetime:
-        """Jobs created from here on belong to a later partition."""
+        """Rows created from here on belong to a later partition."""
         return prefix_moment(self.high)
 
 
-def is_partitioned(conn: Connection) -> bool:
-    """Whether async_jobs is the partitioned table (PostgreSQL at 0007 or later)."""
+def is_partitioned(conn: Connection, table: PartitionedTable = JOBS) -> bool:
+    """Whether the table is the partitioned one (PostgreSQL, at its migration or later)."""
     if conn.dialect.name != "postgresql":
         return False
     kind = conn.execute(
-        text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:t)"), {"t": PARENT}
+        text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:t)"), {"t": table.parent}
     )
     return kind.scalar() == "p"
 
 
-def list_partitions(conn: Connection) -> list[Partition]:
+def list_partitions(conn: Connection, table: PartitionedTable = JOBS) -> list[Partition]:
     """The range partitions attached now, oldest first (the DEFAULT partition is not one)."""
     rows = conn.execute(
         text(
             "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i "
             "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(:t)"
         ),
-        {"t": PARENT},
+        {"t": table.parent},
     )
     found = []
     for name, bound in rows:
         match = _BOUND.search(bound or "")
         if match:
-            found.append(Partition(name, match.group(1), match.group(2)))
+            low = "" if match.group(1) == "MINVALUE" else match.group(1).strip("'")
+            found.append(Partition(name, low, match.group(2)))
     return sorted(found, key=lambda p: p.low)
 
 
@@ -104,31 +150,32 @@ def _start_of(moment: datetime, interval: timedelta) -> datetime:
     return _EPOCH + ((moment - _EPOCH) // interval) * interval
 
 
-def _create(conn: Connection, start: datetime, end: datetime) -> str:
+def _create(conn: Connection, table: PartitionedTable, start: datetime, end: datetime) -> str:
     """Create one partition, moving into it any row the DEFAULT partition holds for its range.
 
     Built standalone then attached, so rows already in DEFAULT for the range (ids from a
     time no partition covered) move with it instead of making the creation fail.
     """
-    name = f"{PREFIX}{start:%Y%m%d_%H%M}"
+    name = f"{table.prefix}{start:%Y%m%d_%H%M}"
     bounds = {"low": ulid_prefix(start), "high": ulid_prefix(end)}
     conn.execute(
         text(
-            f"CREATE TABLE {name} (LIKE {PARENT} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) "
-            f"WITH (fillfactor = {FILLFACTOR})"
+            f"CREATE TABLE {name} (LIKE {table.parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            + (f" WITH (fillfactor = {table.fillfactor})" if table.fillfactor < 100 else "")
         )
     )
-    if conn.execute(text("SELECT to_regclass(:t)"), {"t": DEFAULT}).scalar() is not None:
+    if conn.execute(text("SELECT to_regclass(:t)"), {"t": table.default}).scalar() is not None:
         conn.execute(
             text(
-                f"WITH moved AS (DELETE FROM {DEFAULT} WHERE job_id >= :low AND job_id < :high "
-                f"RETURNING {_COLUMNS}) INSERT INTO {name} ({_COLUMNS}) SELECT * FROM moved"
+                f"WITH moved AS (DELETE FROM {table.default} WHERE {table.key} >= :low "
+                f"AND {table.key} < :high RETURNING {table.columns}) "
+                f"INSERT INTO {name} ({table.columns}) SELECT * FROM moved"
             ),
             bounds,
         )
     conn.execute(
         text(
-            f"ALTER TABLE {PARENT} ATTACH PARTITION {name} "
+            f"ALTER TABLE {table.parent} ATTACH PARTITION {name} "
             f"FOR VALUES FROM ('{bounds['low']}') TO ('{bounds['high']}')"
         )
     )
@@ -142,13 +189,14 @@ def create_partitions(
     behind: int = 1,
     ahead: int = AHEAD,
     interval: timedelta = INTERVAL,
+    table: PartitionedTable = JOBS,
 ) -> list[str]:
-    """Create the missing partitions from `behind` intervals before now to `ahead` after.
+    """Create the table's missing partitions from `behind` intervals before now to `ahead` after.
 
     An interval that overlaps an existing partition (made with another interval) is left
     to the DEFAULT partition rather than refused. Returns the names created.
     """
-    existing = list_partitions(conn)
+    existing = list_partitions(conn, table)
     current = _start_of(now, interval)
     created = []
     for k in range(-behind, ahead + 1):
@@ -156,8 +204,44 @@ def create_partitions(
         low, high = ulid_prefix(start), ulid_prefix(start + interval)
         if any(p.low < high and low < p.high for p in existing):
             continue
-        created.append(_create(conn, start, start + interval))
+        created.append(_create(conn, table, start, start + interval))
     return created
+
+
+def adopt_as_partition(conn: Connection, table: PartitionedTable, old: str, now: datetime) -> str:
+    """Make `old` (the unpartitioned table, renamed) the partition of every id up to tonight.
+
+    For a migration: no row is copied and no index built. Its range runs from MINVALUE
+    to the end of today, so today's writes go on landing in it and nothing moves but the
+    odd id from a later day (a client's clock ahead), which goes to the DEFAULT partition
+    (it must exist; the partitions created after take their rows from it). A validated
+    CHECK lets ATTACH skip its own scan, and the table's indexes, primary key and foreign
+    key are attached as the parent's matching ones: what the caller's lock covers is one
+    read of the table, not a rewrite. It is dropped whole once the TTL has passed its end.
+    """
+    end = _start_of(now, INTERVAL) + INTERVAL
+    bound = ulid_prefix(end)
+    conn.execute(
+        text(
+            f"WITH moved AS (DELETE FROM {old} WHERE {table.key} >= :bound "
+            f"RETURNING {table.columns}) "
+            f"INSERT INTO {table.parent} ({table.columns}) SELECT * FROM moved"
+        ),
+        {"bound": bound},
+    )
+    name = f"{table.prefix}_before_{end:%Y%m%d}"
+    conn.execute(text(f"ALTER TABLE {old} RENAME TO {name}"))
+    conn.execute(
+        text(f"ALTER TABLE {name} ADD CONSTRAINT {name}_range CHECK ({table.key} < '{bound}')")
+    )
+    conn.execute(
+        text(
+            f"ALTER TABLE {table.parent} ATTACH PARTITION {name} "
+            f"FOR VALUES FROM (MINVALUE) TO ('{bound}')"
+        )
+    )
+    conn.execute(text(f"ALTER TABLE {name} DROP CONSTRAINT {name}_range"))
+    return name
 
 
 @contextmanager
@@ -173,33 +257,32 @@ def _outage_is_typed() -> Iterator[None]:
 
 @_outage_is_typed()
 def prepare_partitions(engine: Engine, now: datetime | None = None) -> list[str]:
-    """The door for partitions ahead (beat, `planq db upgrade`): a no-op unless partitioned."""
+    """The door for partitions ahead (beat, `planq db upgrade`), of every partitioned table."""
+    created: list[str] = []
+    if engine.dialect.name != "postgresql":
+        return created
     with engine.begin() as conn:
-        if not is_partitioned(conn):
-            return []
         conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
         conn.execute(_ONE_AT_A_TIME)  # two beats, or beat and an upgrade: one creates
-        return create_partitions(conn, now or datetime.now(UTC))
+        for table in TABLES:
+            if is_partitioned(conn, table):
+                created += create_partitions(conn, now or datetime.now(UTC), table=table)
+    return created
 
 
-def _keeps_rows(conn: Connection, table: str, cutoff: datetime) -> bool:
-    """Whether the table holds a live row or one that ended at or after cutoff (2 probes)."""
+def _keeps_rows(conn: Connection, table: PartitionedTable, name: str, cutoff: datetime) -> bool:
+    """Whether the partition `name` holds a row the TTL must not take yet (index probes)."""
     return bool(
-        conn.execute(
-            text(
-                f"SELECT EXISTS (SELECT 1 FROM {table} WHERE status IN ({_IN_LIVE})) "
-                f"OR EXISTS (SELECT 1 FROM {table} WHERE status IN ({_IN_TERMINAL}) "
-                "AND finished_at >= :cutoff)"
-            ),
-            {"cutoff": cutoff},
-        ).scalar()
+        conn.execute(text(f"SELECT {table.keeps.format(table=name)}"), {"cutoff": cutoff}).scalar()
     )
 
 
-def _detach(engine: Engine, partition: Partition, cutoff: datetime) -> bool:
-    """Detach the partition if every row is still terminal and ended before cutoff.
+def _detach(
+    engine: Engine, table: PartitionedTable, partition: Partition, cutoff: datetime
+) -> bool:
+    """Detach the partition if it still holds no row the TTL must keep.
 
-    The parent's lock first (ONLY the parent: every statement on async_jobs takes it
+    The parent's lock first (ONLY the parent: every statement on the table takes it
     first, so none runs meanwhile and none deadlocks with us), then the re-check and the
     DETACH under it: milliseconds. Not CONCURRENTLY: PostgreSQL refuses that while a
     DEFAULT partition exists. A lock not granted within LOCK_TIMEOUT skips the partition.
@@ -207,10 +290,11 @@ def _detach(engine: Engine, partition: Partition, cutoff: datetime) -> bool:
     try:
         with engine.begin() as conn:
             conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            conn.execute(text(f"LOCK TABLE ONLY {PARENT} IN ACCESS EXCLUSIVE MODE"))
-            if partition not in list_partitions(conn) or _keeps_rows(conn, partition.name, cutoff):
+            conn.execute(text(f"LOCK TABLE ONLY {table.parent} IN ACCESS EXCLUSIVE MODE"))
+            attached = list_partitions(conn, table)
+            if partition not in attached or _keeps_rows(conn, table, partition.name, cutoff):
                 return False
-            conn.execute(text(f"ALTER TABLE {PARENT} DETACH PARTITION {partition.name}"))
+            conn.execute(text(f"ALTER TABLE {table.parent} DETACH PARTITION {partition.name}"))
             return True
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) in ("55P03", "40P01"):  # lock timeout, deadlock
@@ -218,7 +302,7 @@ def _detach(engine: Engine, partition: Partition, cutoff: datetime) -> bool:
         raise
 
 
-def _drop_detached(engine: Engine) -> int:
+def _drop_detached(engine: Engine, table: PartitionedTable) -> int:
     """Count and drop every detached partition (one left by a crash included); the rows."""
     dropped = 0
     with engine.connect() as conn:
@@ -227,7 +311,7 @@ def _drop_detached(engine: Engine) -> int:
                 "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE :p "
                 "AND c.relnamespace = current_schema()::regnamespace AND NOT c.relispartition"
             ),
-            {"p": f"{PREFIX}%"},
+            {"p": f"{table.prefix}%"},
         ).scalars()
         orphans = list(names)
     for name in orphans:
@@ -243,24 +327,31 @@ def _drop_detached(engine: Engine) -> int:
 
 
 @_outage_is_typed()
-def drop_expired_partitions(engine: Engine, cutoff: datetime) -> int:
-    """Drop every partition of jobs created before cutoff whose rows all ended before it.
+def drop_expired_partitions(
+    engine: Engine, cutoff: datetime, table: PartitionedTable = JOBS
+) -> int:
+    """Drop every partition of rows created before cutoff that holds none the TTL keeps.
 
-    A partition with a live or a recent row stays (the batched delete that follows takes
-    its old rows); so does the DEFAULT partition. Returns the rows dropped, counted on
-    the detached tables: exactly the rows that left the ledger.
+    A partition with a row to keep (for jobs: a live or a recent one) stays, the batched
+    delete that follows takes its old rows; so does the DEFAULT partition. Returns the
+    rows dropped, counted on the detached tables: exactly the rows that left the ledger
+    (0 where the table is not partitioned: SQLite, or PostgreSQL before its migration).
     """
+    if engine.dialect.name != "postgresql":
+        return 0
     with engine.connect() as conn:
-        candidates = [p for p in list_partitions(conn) if p.ends <= cutoff]
-        candidates = [p for p in candidates if not _keeps_rows(conn, p.name, cutoff)]
+        if not is_partitioned(conn, table):
+            return 0
+        candidates = [p for p in list_partitions(conn, table) if p.ends <= cutoff]
+        candidates = [p for p in candidates if not _keeps_rows(conn, table, p.name, cutoff)]
     for partition in candidates:
-        _detach(engine, partition, cutoff)
-    return _drop_detached(engine)
+        _detach(engine, table, partition, cutoff)
+    return _drop_detached(engine, table)
 
 
 def is_partition_table(name: str) -> bool:
     """A partition (or a detached one): not a table of the models."""
-    return name == DEFAULT or name.startswith(PREFIX)
+    return any(name == t.default or name.startswith(t.prefix) for t in TABLES)
 
 
 def compare_filters(dialect: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.models import PlanModel as P
-from planq.store.partitions import drop_expired_partitions, is_partitioned
+from planq.store.partitions import JOBS, drop_expired_partitions
 from planq.store.sql_hot_path import (
     PLAN_OUT,
     pg_claim,
@@ -197,11 +197,6 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
     def _pg(self) -> bool:
         return self.db.dialect == "postgresql"
 
-    @property
-    def _partitioned(self) -> bool:
-        with self.db.engine.connect() as conn:
-            return is_partitioned(conn)
-
     def _queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """QUEUE: every plan into its phase and every job row, all or nothing."""
         if len(jobs) == 1 and self._pg:  # one statement is atomic by itself
@@ -365,7 +360,7 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         oldest ids read from the terminal index, then deleted by id, so each DELETE probes
         the primary key of the partitions those ids are in (pruned), never joins them all.
         """
-        total = drop_expired_partitions(self.db.engine, cutoff) if self._partitioned else 0
+        total = drop_expired_partitions(self.db.engine, cutoff, JOBS)
         expired = (J.status.in_(_TERMINAL), J.finished_at < cutoff)
         oldest = select(J.job_id).where(*expired).order_by(J.finished_at).limit(batch_size)
         while True:

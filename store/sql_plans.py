@@ -16,6 +16,7 @@ from planq.store.checked import CheckedPlanStore
 from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
 from planq.store.models import PlanEventModel, PlanModel
+from planq.store.partitions import EVENTS, drop_expired_partitions
 
 P = PlanModel
 E = PlanEventModel
@@ -175,8 +176,13 @@ class SqlPlanStore(OnDatabase, CheckedPlanStore):
             ]
 
     def _delete_events_before(self, cutoff: datetime, batch_size: int) -> int:
-        """TTL: DELETE events older than cutoff, batch by batch (short locks)."""
-        total = 0
+        """TTL: drop the expired days of events (PostgreSQL), then DELETE the rest in batches.
+
+        As the jobs' cleanup (store/partitions.py): a day's partition whose events are all
+        older than cutoff goes whole; the old events left (in a day that still holds a
+        recent one, in DEFAULT, or on SQLite everywhere) go in short batches.
+        """
+        total = drop_expired_partitions(self.db.engine, cutoff, EVENTS)
         while True:
             doomed = (
                 select(E.event_id)

@@ -276,6 +276,11 @@ SELECT {ulid_prefix_sql("at")} || lpad(upper(to_hex(i)), 16, '0'), '010000000000
 FINGERPRINT = "SELECT count(*), md5(string_agg(t::text, '|' ORDER BY job_id)) FROM async_jobs AS t"
 
 
+def _scalar(db: Database, sql: str) -> object:
+    with db.engine.connect() as conn:
+        return conn.execute(text(sql)).scalar()
+
+
 def _kind(db: Database) -> str:
     with db.engine.connect() as conn:
         return str(
@@ -294,14 +299,25 @@ def test_migration_round_trips_a_filled_ledger() -> None:
             before = tuple(conn.execute(text(FINGERPRINT)).one())
         assert before[0] == FILLED and _kind(db) == "r"
 
+        storage = _scalar(db, "SELECT pg_relation_filenode('async_jobs')")
         upgrade(url)
         assert _kind(db) == "p"
         with db.engine.connect() as conn:
             assert tuple(conn.execute(text(FINGERPRINT)).one()) == before
             in_default = conn.execute(text(f"SELECT count(*) FROM {DEFAULT}")).scalar()
             parts = list_partitions(conn)
-        assert in_default == 0  # ten days of ids: every row in its day's partition
-        assert len(parts) >= 10 + 7
+        # Adopted in place (the same storage), every row: ten days of ids up to now.
+        adopted = parts[0]
+        assert adopted.low == "" and adopted.ends > datetime.now(UTC)
+        assert _scalar(db, f"SELECT pg_relation_filenode('{adopted.name}')") == storage
+        assert _scalar(db, f"SELECT count(*) FROM {adopted.name}") == FILLED
+        assert in_default == 0 and len(parts) == 1 + 7  # then a partition a day ahead
+        attached = _scalar(  # its primary key and 0005's five indexes, now the parent's
+            db,
+            "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE c.relname LIKE 'async_jobs_adopted_%' AND c.relkind = 'i'",
+        )
+        assert attached == 6
 
         downgrade(url, "0006_error_traceback")
         assert _kind(db) == "r"

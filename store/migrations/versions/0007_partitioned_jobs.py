@@ -4,16 +4,18 @@ Revision ID: 0007_partitioned_jobs
 Revises: 0006_error_traceback
 
 TTL cleanup then drops a whole partition whose rows all ended before the cutoff
-(store/partitions.py) instead of deleting row by row, and the table shrinks. The rows
-move once: the old table is renamed and stripped of its indexes, the partitioned table
-is created with the same columns, checks and primary key, a DEFAULT partition and one
-partition per day from the oldest job (at most MAX_BEHIND days back) to AHEAD days
-ahead; the rows are copied over, then the indexes built on the parent (one per
-partition, so each is a bulk build). A unique index of a partitioned table must hold
-the partition key, so `retry_of` keeps a plain partial index and the retry's insert
-checks uniqueness under an advisory lock (store/sql_jobs.py). Fillfactor is set on
-every partition (a partitioned table takes no storage parameter). The downgrade copies
-the rows back into one table with 0006's indexes. SQLite is left as it is.
+(store/partitions.py) instead of deleting row by row, and the table shrinks. The rows do
+not move: the old table becomes the partition of every job id up to the end of today
+(`adopt_as_partition`), its primary key and 0005's indexes attached as the new parent's,
+so the lock the upgrade holds on async_jobs lasts one read of the table (the CHECK that
+spares ATTACH its scan) and one build of the small `retry_of` index, not a copy and six
+index builds. One partition per day follows, from tomorrow to AHEAD days ahead, and a
+DEFAULT partition. A unique index of a partitioned table must hold the partition key, so
+`retry_of` keeps a plain partial index and the retry's insert checks uniqueness under an
+advisory lock (store/sql_jobs.py). Fillfactor is set on every partition (a partitioned
+table takes no storage parameter; the adopted table has 0005's). An empty table (a new
+ledger) is dropped instead, and the partitions start yesterday. The downgrade copies the
+rows back into one table with 0006's indexes. SQLite is left as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from planq.store.partitions import DEFAULT, INTERVAL, create_partitions, prefix_moment
+from planq.store.partitions import DEFAULT, JOBS, adopt_as_partition, create_partitions
 
 revision = "0007_partitioned_jobs"
 down_revision = "0006_error_traceback"
@@ -36,8 +38,6 @@ FAILURES = "status IN ('failed', 'cancelled')"
 TERMINAL = "status IN ('succeeded', 'failed', 'cancelled')"
 RETRIES = "retry_of IS NOT NULL"
 FILLFACTOR = 85
-#: Older rows go to the DEFAULT partition (the batched delete cleans them).
-MAX_BEHIND = 62
 OLD = "async_jobs_unpartitioned"
 INDEXES = [  # (name, columns, where): every index of 0005 but the unique one
     ("ix_async_jobs_live", ["status", "created_at", "job_id"], LIVE),
@@ -114,15 +114,10 @@ def _copy(source: str) -> None:
     op.execute(f"DROP TABLE {source}")
 
 
-def _days_behind(bind: sa.Connection, now: datetime) -> int:
-    oldest = bind.execute(sa.text(f"SELECT min(job_id) FROM {OLD}")).scalar()
-    if oldest is None:
-        return 1
-    try:
-        days = (now - prefix_moment(oldest)) // INTERVAL + 1
-    except (ValueError, OverflowError):  # not a ULID: its row goes to DEFAULT
-        return 1
-    return max(1, min(MAX_BEHIND, days))
+def _free_names(table: str, names: list[str]) -> None:
+    """Rename the table's indexes (it keeps them), so the new table can take their names."""
+    for name in names:
+        op.execute(f"ALTER INDEX IF EXISTS {name} RENAME TO async_jobs_adopted_{name}")
 
 
 def upgrade() -> None:
@@ -131,16 +126,21 @@ def upgrade() -> None:
         return
     now = datetime.now(UTC)
     op.execute(f"ALTER TABLE async_jobs RENAME TO {OLD}")
-    behind = _days_behind(bind, now)
-    _strip(OLD, [name for name, _, _ in INDEXES] + ["uq_async_jobs_retry_of"])
+    op.execute("DROP INDEX IF EXISTS uq_async_jobs_retry_of")  # the parent's is not unique
+    kept = bool(bind.execute(sa.text(f"SELECT EXISTS (SELECT 1 FROM {OLD})")).scalar())
+    if kept:
+        _free_names(OLD, [name for name, _, _ in INDEXES] + ["pk_async_jobs"])
+    else:
+        op.execute(f"DROP TABLE {OLD}")
     _create_jobs_table(postgresql_partition_by="RANGE (job_id)")
-    op.execute(f"CREATE TABLE {DEFAULT} PARTITION OF async_jobs DEFAULT")
-    op.execute(f"ALTER TABLE {DEFAULT} SET (fillfactor = {FILLFACTOR})")
-    create_partitions(bind, now, behind=behind)
-    _copy(OLD)
     for name, columns, where in INDEXES:
         _index(name, columns, where)
     _index("ix_async_jobs_retry_of", ["retry_of"], RETRIES)
+    op.execute(f"CREATE TABLE {DEFAULT} PARTITION OF async_jobs DEFAULT")
+    op.execute(f"ALTER TABLE {DEFAULT} SET (fillfactor = {FILLFACTOR})")
+    if kept:
+        adopt_as_partition(bind, JOBS, OLD, now)  # every job up to tonight, in place
+    create_partitions(bind, now, behind=0 if kept else 1)
     op.execute("ANALYZE async_jobs")
 
 
