@@ -74,6 +74,9 @@ def _run(connection: object) -> None:
         target_metadata=target_metadata,
         render_as_batch=True,
         compare_type=True,
+        # One transaction per migration: a migration that builds an index CONCURRENTLY
+        # (migrations/online.py) commits its own earlier steps first, never half of another's.
+        transaction_per_migration=True,
         **compare_filters(connection.dialect.name),  # type: ignore[attr-defined]
     )
     with context.begin_transaction():

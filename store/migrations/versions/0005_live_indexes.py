@@ -23,12 +23,18 @@ the new row versions. A run's findings page and the runs list get indexes in the
 order. plans gets the same fillfactor (every transition updates its row,
 and no indexed column of plans changes then) and an index in its listing's order.
 SQLite gets the same partial indexes (it has them since 3.8); fillfactor is PostgreSQL's.
+
+On PostgreSQL every index is built CONCURRENTLY before the ones it replaces are dropped
+(migrations/online.py), so writes go on during the builds; the unique `retry_of` index is
+built under a new name and takes the old constraint's name in one short transaction.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from planq.store.migrations import online
 
 revision = "0005_live_indexes"
 down_revision = "0004_availability"
@@ -58,24 +64,50 @@ def _postgres() -> bool:
     return op.get_bind().dialect.name == "postgresql"
 
 
-def upgrade() -> None:
+NEW_INDEXES = [  # (name, table, columns, where)
+    ("ix_async_jobs_live", "async_jobs", ["status", "created_at", "job_id"], LIVE),
+    ("ix_async_jobs_failures", "async_jobs", ["status", "created_at", "job_id"], FAILURES),
+    ("ix_async_jobs_finished_terminal", "async_jobs", ["finished_at"], TERMINAL),
+    ("ix_async_jobs_created_at_job_id", "async_jobs", ["created_at", "job_id"], None),
+    ("ix_plans_created_at_plan_id", "plans", ["created_at", "plan_id"], None),
+    ("ix_run_findings_run_id_created_at_id", "run_findings", RUN_FINDINGS, None),
+    ("ix_recoverable_runs_started_at_id", "recoverable_runs", ["started_at", "id"], None),
+]
+OLD_INDEXES = [
+    ("ix_async_jobs_status_last_heartbeat", "async_jobs"),
+    ("ix_async_jobs_status_dispatched_at", "async_jobs"),
+    ("ix_async_jobs_status_finished_at", "async_jobs"),
+    ("ix_plans_created_at", "plans"),
+]
+
+
+def _upgrade_sqlite() -> None:
     with op.batch_alter_table("async_jobs", schema=None) as batch_op:
         batch_op.drop_constraint("uq_async_jobs_retry_of", type_="unique")
         batch_op.drop_index("ix_async_jobs_status_last_heartbeat")
         batch_op.drop_index("ix_async_jobs_status_dispatched_at")
         batch_op.drop_index("ix_async_jobs_status_finished_at")
     _partial("uq_async_jobs_retry_of", ["retry_of"], RETRIES, unique=True)
-    _partial("ix_async_jobs_live", ["status", "created_at", "job_id"], LIVE)
-    _partial("ix_async_jobs_failures", ["status", "created_at", "job_id"], FAILURES)
-    _partial("ix_async_jobs_finished_terminal", ["finished_at"], TERMINAL)
-    op.create_index("ix_async_jobs_created_at_job_id", "async_jobs", ["created_at", "job_id"])
     op.drop_index("ix_plans_created_at", table_name="plans")
-    op.create_index("ix_plans_created_at_plan_id", "plans", ["created_at", "plan_id"])
-    op.create_index("ix_run_findings_run_id_created_at_id", "run_findings", RUN_FINDINGS)
-    op.create_index("ix_recoverable_runs_started_at_id", "recoverable_runs", ["started_at", "id"])
-    if _postgres():
-        for table in ("async_jobs", "plans"):
-            op.execute(f"ALTER TABLE {table} SET (fillfactor = {FILLFACTOR})")
+    for name, table, columns, where in NEW_INDEXES:
+        online.create_index(name, table, columns, where=where)
+
+
+def upgrade() -> None:
+    if not _postgres():
+        _upgrade_sqlite()
+        return
+    for table in ("async_jobs", "plans"):  # SHARE UPDATE EXCLUSIVE: writes go on
+        op.execute(f"ALTER TABLE {table} SET (fillfactor = {FILLFACTOR})")
+    for name, table, columns, where in NEW_INDEXES:
+        online.create_index(name, table, columns, where=where)
+    online.create_index(
+        "uq_async_jobs_retry_of_set", "async_jobs", ["retry_of"], where=RETRIES, unique=True
+    )
+    op.execute("ALTER TABLE async_jobs DROP CONSTRAINT uq_async_jobs_retry_of")
+    op.execute("ALTER INDEX uq_async_jobs_retry_of_set RENAME TO uq_async_jobs_retry_of")
+    for name, table in OLD_INDEXES:
+        online.drop_index(name, table)
 
 
 def downgrade() -> None:
