@@ -28,6 +28,7 @@ from sqlalchemy import text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.ledger_fill import QUEUED, RUNNING  # noqa: E402
 from planq.domain.clock import utcnow  # noqa: E402
 from planq.domain.jobs import AsyncJob, AsyncJobStatus  # noqa: E402
 from planq.domain.plans import Plan, PlanPhase  # noqa: E402
@@ -60,12 +61,16 @@ SELECT greatest(pg_total_relation_size('async_jobs'), (SELECT sum(pg_total_relat
 
 
 def fill(db: Database, now: datetime, old: int, recent: int) -> None:
-    """The same rows whatever the revision: old and recent ended jobs, and the live set."""
+    """The same rows whatever the revision: old and recent ended jobs, and the live set.
+
+    Not bench/ledger_fill.py's shape: two ages either side of the TTL, and rows that fit the
+    one-table schema of 0006 as well; the live set is the same (QUEUED, RUNNING).
+    """
     batches = [  # (status, newest, span in seconds, n)
         ("ended", now - TTL - timedelta(days=1), 10 * 86400, old),
         ("ended", now, TTL.total_seconds() - 3600, recent),
-        ("queued", now, 60, 3_000),
-        ("running", now, 600, 300),
+        ("queued", now, 60, QUEUED),
+        ("running", now, 600, RUNNING),
     ]
     base = 0
     with db.engine.begin() as conn:

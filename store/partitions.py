@@ -349,9 +349,12 @@ def drop_expired_partitions(
     return _drop_detached(engine, table)
 
 
-def is_partition_table(name: str) -> bool:
-    """A partition (or a detached one): not a table of the models."""
-    return any(name == t.default or name.startswith(t.prefix) for t in TABLES)
+def partitioned_parent(name: str) -> str | None:
+    """The table whose partition (or detached one) `name` is; None for a table of the models."""
+    for table in TABLES:
+        if name == table.default or name.startswith(table.prefix):
+            return table.parent
+    return None
 
 
 def compare_filters(dialect: str) -> dict[str, Any]:
@@ -362,7 +365,7 @@ def compare_filters(dialect: str) -> dict[str, Any]:
     """
 
     def include_name(name: str | None, type_: str, _parents: Any) -> bool:
-        return not (type_ == "table" and name is not None and is_partition_table(name))
+        return not (type_ == "table" and name is not None and partitioned_parent(name))
 
     def include_object(obj: Any, _name: Any, _type: str, _reflected: bool, _to: Any) -> bool:
         only = getattr(obj, "_ddl_if", None)
