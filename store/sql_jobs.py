@@ -174,14 +174,20 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         Ordered by (created_at, job_id), the order of ix_async_jobs_created_at_job_id (and of
         the partial live/failures indexes after their status): the page is read from an
         index, never sorted. `after` is a keyset cursor (store/keyset.py): rows strictly
-        before that job in the order.
+        before that job in the order. An offset is skipped over the index's entries only
+        (the ids: an index-only read), then the page's rows are read by id, so a skipped
+        row costs no heap page (failed jobs lie far apart on the heap).
         """
         stmt = select(J).where(*self._filter(status, plan_id))
         if after is not None:
             stmt = stmt.where(past_cursor(J, "created_at", "job_id", after, descending=True))
         stmt = stmt.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
         with self.db.session() as s:
-            return [to_listed(r) for r in s.scalars(stmt)]
+            if not offset:
+                return [to_listed(r) for r in s.scalars(stmt)]
+            ids = list(s.scalars(stmt.with_only_columns(J.job_id)))
+            rows = {r.job_id: r for r in s.scalars(select(J).where(J.job_id.in_(ids)))}
+            return [to_listed(rows[i]) for i in ids if i in rows]  # gone since: left out
 
     @staticmethod
     def _filter(status: AsyncJobStatus | None, plan_id: str | None) -> list[Any]:

@@ -31,8 +31,9 @@ from bench.ledger_fill import (
     recorded,
     unique,
 )
+from planq.domain.jobs import AsyncJobStatus
 from planq.domain.runs import Fresh
-from planq.store import Database, SqlRunStoreProvider
+from planq.store import Database, SqlRunStoreProvider, sql_ledger
 from planq.store.migrate import upgrade
 from planq.store.partitions import partitioned_parent
 from tests.support import create_pg_database, drop_pg_database
@@ -151,3 +152,18 @@ def test_no_statement_scans_or_sorts_the_big_tables(filled: tuple[Database, Shap
                 bad.setdefault(name, []).extend([*found, json.dumps(plan)[:1500]])
     assert seen >= len(operations(db, shape))
     assert bad == {}, json.dumps(bad, indent=1)
+
+
+def test_a_deep_offset_skips_over_index_entries_not_rows(filled: tuple[Database, Shape]) -> None:
+    # Failed jobs lie far apart on the heap: skipping 1,000 of them row by row read a heap
+    # page each (10,264 buffers at 1M rows for offset 9,950). The skip reads ids only.
+    db, _ = filled
+    jobs, _ = sql_ledger(db)
+    with recorded(db) as sent:
+        page = jobs.list_recent(status=AsyncJobStatus.failed, limit=50, offset=1_000)
+    skip, fetch = unique(sent)
+    plan = explain(db, *skip)
+    scans = {n["Node Type"] for n, _ in nodes(plan) if _table(n)}  # of partitions with rows
+    assert scans == {"Index Only Scan"}, key_nodes(plan)
+    assert len(page) == 50 and all(job.status is AsyncJobStatus.failed for job in page)
+    assert "IN" in fetch[0] and "OFFSET" not in fetch[0].upper()  # the page's rows, by id
