@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from planq.domain.pipeline import EventKind, PlanEvent
 from planq.domain.plans import Plan
+from planq.domain.ports import PlanStore
 from planq.store import Database, sql_ledger
 from planq.store.migrate import downgrade, upgrade
 from planq.store.partitions import (
@@ -68,6 +69,16 @@ def _home(db: Database, event_id: str) -> str:
     return str(_one(db, sql, id=event_id))
 
 
+def _ledger_with_a_plan(url: str, revision: str) -> tuple[Database, PlanStore, Plan]:
+    """The database at revision, with one plan for the events to belong to."""
+    upgrade(url, revision)
+    db = Database(url)
+    _, plans = sql_ledger(db)
+    plan = Plan.with_steps(["a"])
+    plans.add(plan)
+    return db, plans, plan
+
+
 @pytest.fixture
 def url() -> Iterator[str]:
     made = create_pg_database()
@@ -78,11 +89,7 @@ def url() -> Iterator[str]:
 
 
 def test_the_upgrade_adopts_the_old_table_and_the_downgrade_keeps_every_event(url: str) -> None:
-    upgrade(url, BEFORE)
-    db = Database(url)
-    _, plans = sql_ledger(db)
-    plan = Plan.with_steps(["a"])
-    plans.add(plan)
+    db, plans, plan = _ledger_with_a_plan(url, BEFORE)
     now = datetime.now(UTC)
     _fill(db, plan.plan_id, now, 30_000, timedelta(seconds=60))  # ~21 days, today's too
     ahead = now + 3 * DAY  # a producer whose clock runs ahead: 5 ids of a later day
@@ -135,11 +142,7 @@ def test_the_upgrade_adopts_the_old_table_and_the_downgrade_keeps_every_event(ur
 def test_cleanup_drops_expired_days_of_events_and_keeps_a_day_with_a_recent_one(
     url: str,
 ) -> None:
-    upgrade(url)
-    db = Database(url)
-    _, plans = sql_ledger(db)
-    plan = Plan.with_steps(["a"])
-    plans.add(plan)
+    db, plans, plan = _ledger_with_a_plan(url, "head")
     now = datetime.now(UTC)
     old = now - 12 * DAY
     with db.engine.begin() as conn:  # partitions for the last two weeks, as if beat ran then
@@ -179,11 +182,7 @@ def test_cleanup_drops_expired_days_of_events_and_keeps_a_day_with_a_recent_one(
 
 
 def test_the_adopted_partition_goes_whole_once_the_cutoff_passes_its_end(url: str) -> None:
-    upgrade(url, BEFORE)
-    db = Database(url)
-    _, plans = sql_ledger(db)
-    plan = Plan.with_steps(["a"])
-    plans.add(plan)
+    db, plans, plan = _ledger_with_a_plan(url, BEFORE)
     now = datetime.now(UTC)
     _fill(db, plan.plan_id, now - 20 * DAY, 2_000, timedelta(seconds=60))  # long past
     _fill(db, plan.plan_id, now - 3 * DAY, 5, timedelta(seconds=60))  # within the TTL
