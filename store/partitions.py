@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
 from planq.store.database import as_outage, is_transient
-from planq.store.models import FILLFACTOR, LIVE, TERMINAL, AsyncJobModel, PlanEventModel
+from planq.store.models import FILLFACTOR, LIVE, TERMINAL
 
 INTERVAL = timedelta(days=1)
 #: Partitions kept ready beyond the current one: a week of beat outages before a job id
@@ -53,9 +53,11 @@ class PartitionedTable:
 
     parent: str
     key: str
-    columns: str
     keeps: str
     fillfactor: int = 100
+    #: Tables its partitions' foreign keys point at: a detach or a drop locks them too,
+    #: first, in the order every transition takes them (plans, then plan_events).
+    references: tuple[str, ...] = ()
 
     @property
     def default(self) -> str:
@@ -72,7 +74,6 @@ class PartitionedTable:
 JOBS = PartitionedTable(
     "async_jobs",
     "job_id",
-    ", ".join(AsyncJobModel.__table__.columns.keys()),
     f"EXISTS (SELECT 1 FROM {{table}} WHERE status IN ({_IN_LIVE})) "
     f"OR EXISTS (SELECT 1 FROM {{table}} WHERE status IN ({_IN_TERMINAL}) "
     "AND finished_at >= :cutoff)",
@@ -82,8 +83,8 @@ JOBS = PartitionedTable(
 EVENTS = PartitionedTable(
     "plan_events",
     "event_id",
-    ", ".join(PlanEventModel.__table__.columns.keys()),
     "EXISTS (SELECT 1 FROM {table} WHERE at >= :cutoff)",
+    references=("plans",),
 )
 TABLES = (JOBS, EVENTS)
 #: async_jobs' DEFAULT partition, as migration 0007 names it.
@@ -165,13 +166,8 @@ def _create(conn: Connection, table: PartitionedTable, start: datetime, end: dat
         )
     )
     if conn.execute(text("SELECT to_regclass(:t)"), {"t": table.default}).scalar() is not None:
-        conn.execute(
-            text(
-                f"WITH moved AS (DELETE FROM {table.default} WHERE {table.key} >= :low "
-                f"AND {table.key} < :high RETURNING {table.columns}) "
-                f"INSERT INTO {name} ({table.columns}) SELECT * FROM moved"
-            ),
-            bounds,
+        _move(
+            conn, table, table.default, name, f"{table.key} >= :low AND {table.key} < :high", bounds
         )
     conn.execute(
         text(
@@ -208,39 +204,87 @@ def create_partitions(
     return created
 
 
-def adopt_as_partition(conn: Connection, table: PartitionedTable, old: str, now: datetime) -> str:
-    """Make `old` (the unpartitioned table, renamed) the partition of every id up to tonight.
+def _move(
+    conn: Connection, table: PartitionedTable, source: str, target: str, where: str, bounds: Any
+) -> None:
+    """Move the rows of source where holds into target, every column the table has now.
 
-    For a migration: no row is copied and no index built. Its range runs from MINVALUE
-    to the end of today, so today's writes go on landing in it and nothing moves but the
-    odd id from a later day (a client's clock ahead), which goes to the DEFAULT partition
-    (it must exist; the partitions created after take their rows from it). A validated
-    CHECK lets ATTACH skip its own scan, and the table's indexes, primary key and foreign
-    key are attached as the parent's matching ones: what the caller's lock covers is one
-    read of the table, not a rewrite. It is dropped whole once the TTL has passed its end.
+    The columns are read from the catalogue, not the models: a migration runs against the
+    schema of its own revision, and a later one may have added columns the models name.
+    """
+    names = conn.execute(
+        text(
+            "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped"
+        ),
+        {"t": table.parent},
+    ).scalar_one()
+    conn.execute(
+        text(
+            f"WITH moved AS (DELETE FROM {source} WHERE {where} RETURNING {names}) "
+            f"INSERT INTO {target} ({names}) SELECT * FROM moved"
+        ),
+        bounds,
+    )
+
+
+def set_aside(conn: Connection, table: PartitionedTable, indexes: list[str]) -> str | None:
+    """A migration's first step: rename the unpartitioned table out of the parent's way.
+
+    An empty table (a new ledger) is dropped: there is nothing to keep. Otherwise its
+    indexes (and primary key) are renamed `<parent>_adopted_<name>` so the new parent can
+    take the names, and its new name is returned for `partition_from`.
+    """
+    old = f"{table.parent}_unpartitioned"
+    conn.execute(text(f"ALTER TABLE {table.parent} RENAME TO {old}"))
+    if not conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {old})")).scalar():
+        conn.execute(text(f"DROP TABLE {old}"))
+        return None
+    for name in indexes:
+        conn.execute(text(f"ALTER INDEX IF EXISTS {name} RENAME TO {table.parent}_adopted_{name}"))
+    return old
+
+
+def partition_from(
+    conn: Connection, table: PartitionedTable, old: str | None, now: datetime
+) -> None:
+    """A migration's last step, once the partitioned parent exists: its partitions.
+
+    The DEFAULT partition; then the table set aside, if any, adopted in place as the
+    partition of every id up to tonight (no row copied, no index rebuilt) and day
+    partitions from tomorrow on; or, for a new ledger, day partitions from yesterday on.
+    """
+    conn.execute(text(f"CREATE TABLE {table.default} PARTITION OF {table.parent} DEFAULT"))
+    if table.fillfactor < 100:
+        conn.execute(text(f"ALTER TABLE {table.default} SET (fillfactor = {table.fillfactor})"))
+    if old is not None:
+        _adopt(conn, table, old, now)
+    create_partitions(conn, now, behind=0 if old else 1, table=table)
+    conn.execute(text(f"ANALYZE {table.parent}"))
+
+
+def _adopt(conn: Connection, table: PartitionedTable, old: str, now: datetime) -> str:
+    """Make `old` (the unpartitioned table, set aside) the partition of every id up to tonight.
+
+    No row is copied and no index built: its range runs from MINVALUE to the end of today,
+    so today's writes go on landing in it and nothing moves but the odd id of a later day
+    (a client's clock ahead), which goes to the DEFAULT partition (the partitions created
+    after take their rows from it). ATTACH reads the table once, under the migration's
+    lock, to check every id is in range, and attaches its indexes, primary key and
+    foreign key as the parent's matching ones (an index the parent has and it lacks is
+    built). It is dropped whole once the TTL has passed its end.
     """
     end = _start_of(now, INTERVAL) + INTERVAL
     bound = ulid_prefix(end)
-    conn.execute(
-        text(
-            f"WITH moved AS (DELETE FROM {old} WHERE {table.key} >= :bound "
-            f"RETURNING {table.columns}) "
-            f"INSERT INTO {table.parent} ({table.columns}) SELECT * FROM moved"
-        ),
-        {"bound": bound},
-    )
+    _move(conn, table, old, table.parent, f"{table.key} >= :bound", {"bound": bound})
     name = f"{table.prefix}_before_{end:%Y%m%d}"
     conn.execute(text(f"ALTER TABLE {old} RENAME TO {name}"))
-    conn.execute(
-        text(f"ALTER TABLE {name} ADD CONSTRAINT {name}_range CHECK ({table.key} < '{bound}')")
-    )
     conn.execute(
         text(
             f"ALTER TABLE {table.parent} ATTACH PARTITION {name} "
             f"FOR VALUES FROM (MINVALUE) TO ('{bound}')"
         )
     )
-    conn.execute(text(f"ALTER TABLE {name} DROP CONSTRAINT {name}_range"))
     return name
 
 
@@ -277,20 +321,35 @@ def _keeps_rows(conn: Connection, table: PartitionedTable, name: str, cutoff: da
     )
 
 
+def _lock_in_order(
+    conn: Connection, table: PartitionedTable, target: str, referenced_mode: str
+) -> None:
+    """Lock what a detach or a drop needs, in the ledger's own order, or give up in 2 s.
+
+    A partition's foreign key makes its detach take SHARE ROW EXCLUSIVE on the table it
+    references, and its drop ACCESS EXCLUSIVE; a transition writes `plans` before
+    `plan_events`. Taking the referenced table first, then `target` (the parent, ONLY: every
+    statement on the table takes it first; or the detached table), keeps that order.
+    """
+    conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+    for referenced in table.references:
+        conn.execute(text(f"LOCK TABLE {referenced} IN {referenced_mode} MODE"))
+    conn.execute(text(f"LOCK TABLE {target} IN ACCESS EXCLUSIVE MODE"))
+
+
 def _detach(
     engine: Engine, table: PartitionedTable, partition: Partition, cutoff: datetime
 ) -> bool:
     """Detach the partition if it still holds no row the TTL must keep.
 
-    The parent's lock first (ONLY the parent: every statement on the table takes it
-    first, so none runs meanwhile and none deadlocks with us), then the re-check and the
-    DETACH under it: milliseconds. Not CONCURRENTLY: PostgreSQL refuses that while a
-    DEFAULT partition exists. A lock not granted within LOCK_TIMEOUT skips the partition.
+    The locks first, in the order the ledger's transactions take them (`_lock_in_order`),
+    so none deadlocks with us; then the re-check and the DETACH under them: milliseconds.
+    Not CONCURRENTLY: PostgreSQL refuses that while a DEFAULT partition exists. A lock not
+    granted within LOCK_TIMEOUT skips the partition until the next cleanup.
     """
     try:
         with engine.begin() as conn:
-            conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-            conn.execute(text(f"LOCK TABLE ONLY {table.parent} IN ACCESS EXCLUSIVE MODE"))
+            _lock_in_order(conn, table, f"ONLY {table.parent}", "SHARE ROW EXCLUSIVE")
             attached = list_partitions(conn, table)
             if partition not in attached or _keeps_rows(conn, table, partition.name, cutoff):
                 return False
@@ -303,25 +362,30 @@ def _detach(
 
 
 def _drop_detached(engine: Engine, table: PartitionedTable) -> int:
-    """Count and drop every detached partition (one left by a crash included); the rows."""
+    """Count and drop every detached partition (one left by a crash included); the rows.
+
+    Only tables named as planq names partitions; one whose locks are not granted in time
+    waits for the next cleanup.
+    """
     dropped = 0
     with engine.connect() as conn:
         names = conn.execute(
             text(
-                "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relname LIKE :p "
+                "SELECT c.relname FROM pg_class c WHERE c.relkind = 'r' AND c.relname ~ :p "
                 "AND c.relnamespace = current_schema()::regnamespace AND NOT c.relispartition"
             ),
-            {"p": f"{table.prefix}%"},
+            {"p": f"^{table.prefix}(\\d{{8}}_\\d{{4}}|_before_\\d{{8}})$"},
         ).scalars()
         orphans = list(names)
     for name in orphans:
         try:
             with engine.begin() as conn:  # the lock: a second cleanup counts nothing twice
-                conn.execute(text(f"LOCK TABLE {name} IN ACCESS EXCLUSIVE MODE"))
+                _lock_in_order(conn, table, name, "ACCESS EXCLUSIVE")
                 dropped += int(conn.execute(text(f"SELECT count(*) FROM {name}")).scalar() or 0)
                 conn.execute(text(f"DROP TABLE {name}"))
         except DBAPIError as exc:
-            if getattr(exc.orig, "sqlstate", None) != "42P01":  # gone: the other cleanup's
+            # gone (the other cleanup's), or its locks not granted in time: the next cleanup
+            if getattr(exc.orig, "sqlstate", None) not in ("42P01", "55P03", "40P01"):
                 raise
     return dropped
 

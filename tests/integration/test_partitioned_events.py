@@ -9,6 +9,7 @@ counting both; a day holding a recent event stays. The downgrade keeps every row
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -27,7 +28,7 @@ from planq.store.partitions import (
     ulid_prefix,
     ulid_prefix_sql,
 )
-from tests.support import create_pg_database, drop_pg_database
+from tests.support import create_pg_database, drop_pg_database, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -159,6 +160,8 @@ def test_cleanup_drops_expired_days_of_events_and_keeps_a_day_with_a_recent_one(
             ),
             {"id": recent_id, "plan": plan.plan_id, "at": now - timedelta(hours=1)},
         )
+    with db.engine.begin() as conn:  # an operator's table whose name only starts alike
+        conn.execute(text(f"CREATE TABLE {EVENTS.prefix}rune_backup AS SELECT 1 AS kept"))
     homes = [_home(db, ulid_prefix(day) + "0".rjust(16, "0")) for day in (old - DAY, old)]
     size = _one(
         db, "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('plan_events')"
@@ -178,6 +181,7 @@ def test_cleanup_drops_expired_days_of_events_and_keeps_a_day_with_a_recent_one(
     )
     assert int(str(after)) < int(str(size))  # the dropped days' pages are gone, not just dead
     assert plans.delete_events_before(now - 7 * DAY, 500) == 0  # idempotent
+    assert _one(db, f"SELECT kept FROM {EVENTS.prefix}rune_backup") == 1  # not planq's: kept
     db.close()
 
 
@@ -202,4 +206,51 @@ def test_the_adopted_partition_goes_whole_once_the_cutoff_passes_its_end(url: st
         assert adopted not in list_partitions(conn, EVENTS)
     assert _one(db, "SELECT to_regclass(:t)", t=adopted.name) is None  # dropped, not detached
     assert _one(db, "SELECT count(*) FROM plan_events") == 0
+    db.close()
+
+
+def _waiting_for_plans(db: Database) -> bool:
+    sql = (
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation' "
+        "AND relation = to_regclass('plans')"
+    )
+    return bool(_one(db, sql))
+
+
+def test_a_cleanup_waits_for_a_transition_instead_of_deadlocking_with_it(url: str) -> None:
+    # A transition writes plans, then plan_events. A detach that locked plan_events first
+    # and then plans (which the partition's foreign key needs) deadlocked with it: one of
+    # the two was killed. Locking in the transition's order, the cleanup waits, then drops.
+    db, plans, plan = _ledger_with_a_plan(url, "head")
+    now = datetime.now(UTC)
+    old = now - 12 * DAY
+    with db.engine.begin() as conn:  # one expired day: the cleanup's one detach
+        create_partitions(conn, old, behind=0, ahead=0, table=EVENTS)
+    _fill(db, plan.plan_id, old, 100, timedelta(seconds=30))
+    expired = _home(db, ulid_prefix(old) + "0".rjust(16, "0"))
+    removed: list[int] = []
+    with db.engine.connect() as transition:
+        transition.execute(  # a transition's first write, its transaction left open
+            text("UPDATE plans SET version = version + 1 WHERE plan_id = :id"),
+            {"id": plan.plan_id},
+        )
+        cleanup = threading.Thread(
+            target=lambda: removed.append(plans.delete_events_before(now - 7 * DAY, 500))
+        )
+        cleanup.start()
+        wait_for(lambda: _waiting_for_plans(db), timeout=10, what="the cleanup to wait")
+        event = PlanEvent(plan_id=plan.plan_id, kind=EventKind.queued)
+        transition.execute(  # its second write: with the old lock order, a deadlock here
+            text(
+                "INSERT INTO plan_events (event_id, plan_id, at, kind) "
+                "VALUES (:id, :plan, :at, 'queued')"
+            ),
+            {"id": event.event_id, "plan": plan.plan_id, "at": event.at},
+        )
+        transition.commit()
+    cleanup.join(30)
+    assert removed == [100]  # the day went whole, once the transition had committed
+    with db.engine.connect() as conn:
+        assert expired not in {p.name for p in list_partitions(conn, EVENTS)}
+    assert _home(db, event.event_id) != expired
     db.close()

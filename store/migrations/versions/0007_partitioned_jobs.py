@@ -5,17 +5,17 @@ Revises: 0006_error_traceback
 
 TTL cleanup then drops a whole partition whose rows all ended before the cutoff
 (store/partitions.py) instead of deleting row by row, and the table shrinks. The rows do
-not move: the old table becomes the partition of every job id up to the end of today
-(`adopt_as_partition`), its primary key and 0005's indexes attached as the new parent's,
-so the lock the upgrade holds on async_jobs lasts one read of the table (the CHECK that
-spares ATTACH its scan) and one build of the small `retry_of` index, not a copy and six
-index builds. One partition per day follows, from tomorrow to AHEAD days ahead, and a
-DEFAULT partition. A unique index of a partitioned table must hold the partition key, so
-`retry_of` keeps a plain partial index and the retry's insert checks uniqueness under an
-advisory lock (store/sql_jobs.py). Fillfactor is set on every partition (a partitioned
-table takes no storage parameter; the adopted table has 0005's). An empty table (a new
-ledger) is dropped instead, and the partitions start yesterday. The downgrade copies the
-rows back into one table with 0006's indexes. SQLite is left as it is.
+not move: the old table is set aside and adopted as the partition of every job id up to
+the end of today (`set_aside`, `partition_from`), its primary key and 0005's indexes
+attached as the new parent's, so the lock the upgrade holds on async_jobs lasts two reads
+of the table (ATTACH checking every id is in range, and the build of the small `retry_of`
+index), not a copy and six index builds. One partition per day follows, from tomorrow to
+AHEAD days ahead, and a DEFAULT partition. A unique index of a partitioned table must hold
+the partition key, so `retry_of` keeps a plain partial index and the retry's insert checks
+uniqueness under an advisory lock (store/sql_jobs.py). Fillfactor is set on every
+partition (a partitioned table takes no storage parameter; the adopted table has 0005's).
+An empty table (a new ledger) is dropped instead, and the partitions start yesterday. The
+downgrade copies the rows back into one table with 0006's indexes. SQLite is left as it is.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from planq.store.partitions import DEFAULT, JOBS, adopt_as_partition, create_partitions
+from planq.store.partitions import JOBS, partition_from, set_aside
 
 revision = "0007_partitioned_jobs"
 down_revision = "0006_error_traceback"
@@ -114,34 +114,17 @@ def _copy(source: str) -> None:
     op.execute(f"DROP TABLE {source}")
 
 
-def _free_names(table: str, names: list[str]) -> None:
-    """Rename the table's indexes (it keeps them), so the new table can take their names."""
-    for name in names:
-        op.execute(f"ALTER INDEX IF EXISTS {name} RENAME TO async_jobs_adopted_{name}")
-
-
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
-    now = datetime.now(UTC)
-    op.execute(f"ALTER TABLE async_jobs RENAME TO {OLD}")
     op.execute("DROP INDEX IF EXISTS uq_async_jobs_retry_of")  # the parent's is not unique
-    kept = bool(bind.execute(sa.text(f"SELECT EXISTS (SELECT 1 FROM {OLD})")).scalar())
-    if kept:
-        _free_names(OLD, [name for name, _, _ in INDEXES] + ["pk_async_jobs"])
-    else:
-        op.execute(f"DROP TABLE {OLD}")
+    old = set_aside(bind, JOBS, [name for name, _, _ in INDEXES] + ["pk_async_jobs"])
     _create_jobs_table(postgresql_partition_by="RANGE (job_id)")
     for name, columns, where in INDEXES:
         _index(name, columns, where)
     _index("ix_async_jobs_retry_of", ["retry_of"], RETRIES)
-    op.execute(f"CREATE TABLE {DEFAULT} PARTITION OF async_jobs DEFAULT")
-    op.execute(f"ALTER TABLE {DEFAULT} SET (fillfactor = {FILLFACTOR})")
-    if kept:
-        adopt_as_partition(bind, JOBS, OLD, now)  # every job up to tonight, in place
-    create_partitions(bind, now, behind=0 if kept else 1)
-    op.execute("ANALYZE async_jobs")
+    partition_from(bind, JOBS, old, datetime.now(UTC))
 
 
 def downgrade() -> None:

@@ -9,14 +9,15 @@ table. As async_jobs since 0007 (store/partitions.py, `EVENTS`): one partition p
 of event ids, a DEFAULT partition, partitions made ahead by beat, and cleanup that drops a
 day whose events all passed the TTL.
 
-Online, unlike 0007's copy: the events already written are not moved. The old table
-becomes the partition of every id up to the end of today (`adopt_as_partition`): its indexes,
-primary key and foreign key are attached as the new parent's, and a validated CHECK spares
-ATTACH its scan, so the lock the upgrade holds on plan_events lasts one read of the table,
-not a copy and three index builds. That partition is dropped whole once its last event
-has passed the TTL. An empty table (a new ledger) is dropped instead, and the partitions
-start yesterday, as 0007's. The downgrade copies the rows back into one table. SQLite is left as
-it is.
+The events already written are not moved: the old table is set aside and adopted as the
+partition of every id up to the end of today (`set_aside`, `partition_from`); its indexes,
+primary key and foreign key are attached as the new parent's, so the lock the upgrade
+holds lasts ATTACH's one read of the table (every id in range), not a copy and three
+index builds. `plans` is locked first, in the order every transition takes the two
+tables (the foreign key makes ATTACH lock it). That partition is dropped whole once its
+last event has passed the TTL. An empty table (a new ledger) is dropped instead, and the
+partitions start yesterday. The downgrade copies the rows back into one table. SQLite is
+left as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from planq.store.partitions import EVENTS, adopt_as_partition, create_partitions
+from planq.store.partitions import EVENTS, partition_from, set_aside
 
 revision = "0011_partitioned_events"
 down_revision = "0010_gate_index"
@@ -40,6 +41,7 @@ KINDS = (
     "('queued', 'started', 'succeeded', 'failed', 'cancelled', 'cancel_requested', "
     "'awaiting_approval', 'approved', 'rejected', 'retried', 'done', 'expired')"
 )
+COLUMNS = "event_id, plan_id, at, kind, phase, job_id, actor, note"
 INDEXES = {"ix_plan_events_plan_id_at": ["plan_id", "at"], "ix_plan_events_at": ["at"]}
 
 
@@ -72,36 +74,23 @@ def _create_events_table(**options: Any) -> None:
         op.create_index(op.f(name), "plan_events", columns)
 
 
-def _free_index_names(kept_as: str) -> None:
-    """Rename plan_events' indexes (the old table keeps them): the new table takes the names."""
-    for name in [*INDEXES, "pk_plan_events"]:
-        op.execute(f"ALTER INDEX {name} RENAME TO {kept_as}_{name}")
-
-
 def upgrade() -> None:
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
-    now = datetime.now(UTC)
-    op.execute(f"ALTER TABLE plan_events RENAME TO {OLD}")
-    _free_index_names("plan_events_adopted")
+    # plans first, as every transition takes them: the foreign key locks it (no deadlock)
+    op.execute("LOCK TABLE plans IN SHARE ROW EXCLUSIVE MODE")
+    old = set_aside(bind, EVENTS, [*INDEXES, "pk_plan_events"])
     _create_events_table(postgresql_partition_by="RANGE (event_id)")
-    op.execute(f"CREATE TABLE {EVENTS.default} PARTITION OF plan_events DEFAULT")
-    if bind.execute(sa.text(f"SELECT EXISTS (SELECT 1 FROM {OLD})")).scalar():
-        adopt_as_partition(bind, EVENTS, OLD, now)  # every event up to tonight
-        create_partitions(bind, now, behind=0, table=EVENTS)  # tomorrow on
-    else:  # a new ledger: nothing to keep, so partitions from yesterday on, as 0007 makes
-        op.execute(f"DROP TABLE {OLD}")
-        create_partitions(bind, now, behind=1, table=EVENTS)
-    op.execute("ANALYZE plan_events")
+    partition_from(bind, EVENTS, old, datetime.now(UTC))
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     op.execute(f"ALTER TABLE plan_events RENAME TO {OLD}")
-    _free_index_names(OLD)
+    for name in [*INDEXES, "pk_plan_events"]:
+        op.execute(f"ALTER INDEX {name} RENAME TO {OLD}_{name}")
     _create_events_table()
-    columns = EVENTS.columns
-    op.execute(f"INSERT INTO plan_events ({columns}) SELECT {columns} FROM {OLD}")
+    op.execute(f"INSERT INTO plan_events ({COLUMNS}) SELECT {COLUMNS} FROM {OLD}")
     op.execute(f"DROP TABLE {OLD}")  # with its partitions
