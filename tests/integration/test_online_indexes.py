@@ -91,3 +91,32 @@ def test_writes_go_on_while_the_gate_index_is_built(url: str) -> None:
         ).scalar()
     assert valid is True and version == 1
     db.close()
+
+
+def test_0005_runs_again_after_an_interrupted_upgrade() -> None:
+    # Its builds commit one by one, so an upgrade stopped after the retry_of swap (the
+    # version row not yet written) leaves the unique index where the constraint was.
+    from alembic import command
+
+    from planq.store.migrate import alembic_config
+
+    made = create_pg_database()
+    try:
+        upgrade(made, "0005_live_indexes")
+        command.stamp(alembic_config(made), "0004_availability")  # as if stopped there
+        upgrade(made, "0005_live_indexes")  # again: each step finds its work done or redoes it
+        db = Database(made)
+        with db.engine.connect() as conn:
+            unique = conn.execute(
+                text(
+                    "SELECT indisunique AND indisvalid AND indpred IS NOT NULL FROM pg_index "
+                    "WHERE indexrelid = to_regclass('uq_async_jobs_retry_of')"
+                )
+            ).scalar()
+            left = conn.execute(
+                text("SELECT count(*) FROM pg_class WHERE relname LIKE '%retry_of_set'")
+            ).scalar()
+        assert unique is True and left == 0
+        db.close()
+    finally:
+        drop_pg_database(made)

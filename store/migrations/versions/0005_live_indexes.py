@@ -60,10 +60,6 @@ def _partial(name: str, columns: list[str], where: str, unique: bool = False) ->
     )
 
 
-def _postgres() -> bool:
-    return op.get_bind().dialect.name == "postgresql"
-
-
 NEW_INDEXES = [  # (name, table, columns, where)
     ("ix_async_jobs_live", "async_jobs", ["status", "created_at", "job_id"], LIVE),
     ("ix_async_jobs_failures", "async_jobs", ["status", "created_at", "job_id"], FAILURES),
@@ -94,7 +90,7 @@ def _upgrade_sqlite() -> None:
 
 
 def upgrade() -> None:
-    if not _postgres():
+    if not online.on_postgres():
         _upgrade_sqlite()
         return
     for table in ("async_jobs", "plans"):  # SHARE UPDATE EXCLUSIVE: writes go on
@@ -104,14 +100,16 @@ def upgrade() -> None:
     online.create_index(
         "uq_async_jobs_retry_of_set", "async_jobs", ["retry_of"], where=RETRIES, unique=True
     )
-    op.execute("ALTER TABLE async_jobs DROP CONSTRAINT uq_async_jobs_retry_of")
+    # The swap, safe to run again: the constraint (first run) or the index (a rerun) goes.
+    op.execute("ALTER TABLE async_jobs DROP CONSTRAINT IF EXISTS uq_async_jobs_retry_of")
+    op.execute("DROP INDEX IF EXISTS uq_async_jobs_retry_of")
     op.execute("ALTER INDEX uq_async_jobs_retry_of_set RENAME TO uq_async_jobs_retry_of")
     for name, table in OLD_INDEXES:
         online.drop_index(name, table)
 
 
 def downgrade() -> None:
-    if _postgres():
+    if online.on_postgres():
         for table in ("async_jobs", "plans"):
             op.execute(f"ALTER TABLE {table} RESET (fillfactor)")
     op.drop_index("ix_recoverable_runs_started_at_id", table_name="recoverable_runs")
