@@ -178,7 +178,8 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         (the ids: an index-only read), then the page's rows are read by id, so a skipped
         row costs no heap page (failed jobs lie far apart on the heap).
         """
-        stmt = select(J).where(*self._filter(status, plan_id))
+        where = self._filter(status, plan_id)
+        stmt = select(J).where(*where)
         if after is not None:
             stmt = stmt.where(past_cursor(J, "created_at", "job_id", after, descending=True))
         stmt = stmt.order_by(*NEWEST_FIRST).limit(limit).offset(offset)
@@ -186,8 +187,9 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
             if not offset:
                 return [to_listed(r) for r in s.scalars(stmt)]
             ids = list(s.scalars(stmt.with_only_columns(J.job_id)))
-            rows = {r.job_id: r for r in s.scalars(select(J).where(J.job_id.in_(ids)))}
-            return [to_listed(rows[i]) for i in ids if i in rows]  # gone since: left out
+            fetch = select(J).where(J.job_id.in_(ids), *where)  # moved out of it since: left out
+            rows = {r.job_id: r for r in s.scalars(fetch)}
+            return [to_listed(rows[i]) for i in ids if i in rows]
 
     @staticmethod
     def _filter(status: AsyncJobStatus | None, plan_id: str | None) -> list[Any]:
