@@ -102,7 +102,8 @@ class Browser:
         """The value of a JavaScript expression in the tab (promises awaited).
 
         A tab that navigates while the expression runs (a click just followed, a page
-        loading) drops the evaluation; it is asked again in the page the tab now shows.
+        loading) drops the evaluation; it is asked again in the page the tab now shows, so
+        an expression here only reads (a click is `click`, never repeated).
         """
         deadline = time.monotonic() + 30
         while True:
@@ -118,6 +119,23 @@ class Browser:
         if "exceptionDetails" in result:
             pytest.fail(f"{expression!r} raised: {result['exceptionDetails']}")
         return result["result"].get("value")
+
+    def click(self, selector: str) -> None:
+        """Click the element selector names, once: never repeated, even if the tab navigates.
+
+        A click that navigates may take its page away before Chromium answers; it happened,
+        and clicking again (in the next page) would act twice.
+        """
+        try:
+            result = self.call(
+                "Runtime.evaluate",
+                expression=f"document.querySelector({selector!r}).click()",
+                returnByValue=True,
+            )
+        except Navigated:
+            return
+        if "exceptionDetails" in result:
+            pytest.fail(f"clicking {selector!r} raised: {result['exceptionDetails']}")
 
     def open(self, url: str) -> None:
         """Navigate the tab to url."""

@@ -117,7 +117,7 @@ def test_dashboard_buttons_work_and_other_sites_are_refused_in_chromium(
         browser.evaluate("window.confirm = () => true")  # the buttons ask first
 
         def click(selector: str, status: str) -> None:
-            browser.evaluate(f"document.querySelector({selector!r}).click()")
+            browser.click(selector)
             wait_for(
                 lambda: (
                     f"done ({status})"

@@ -77,7 +77,7 @@ def follow(browser: Browser, selector: str, what: str) -> str:
     """Click the link selector names, as a person would; the URL the tab lands on."""
     before = browser.evaluate("location.href")
     href = browser.evaluate(f"document.querySelector({selector!r}).href")
-    browser.evaluate(f"document.querySelector({selector!r}).click()")
+    browser.click(selector)
     wait_for(
         lambda: (
             browser.evaluate(
@@ -141,7 +141,7 @@ def test_the_notice_follows_the_row_after_an_action(api: ApiServer, browser: Bro
     job_id = queued.json()["job"]["job_id"]  # no worker: it stays queued
     loaded(browser, f"{api.url}/dashboard/plans/{plan.json()['plan_id']}")
     browser.evaluate("window.confirm = () => true")
-    browser.evaluate(f"document.querySelector('tr[data-job=\"{job_id}\"] button').click()")
+    browser.click(f'tr[data-job="{job_id}"] button')
     notice = wait_for(
         lambda: (
             "done (200)" in visible_text(browser, "#notice") and visible_text(browser, "#notice")
@@ -157,7 +157,7 @@ def test_the_notice_follows_the_row_after_an_action(api: ApiServer, browser: Bro
         timeout=30,
         what="the retry button after the refresh",
     )
-    browser.evaluate(f"document.querySelector('button[data-post$=\"{job_id}/retry\"]').click()")
+    browser.click(f'button[data-post$="{job_id}/retry"]')
     retried = wait_for(
         lambda: (
             "done (202)" in visible_text(browser, "#notice") and visible_text(browser, "#notice")
