@@ -2,7 +2,8 @@
 
 On PostgreSQL each is ONE statement (a data-modifying CTE, the same shape Procrastinate
 uses for its job rows), run on the thread's own autocommit connection: one round trip,
-prepared by psycopg after a few uses. On SQLite each is a short form of two statements
+prepared by psycopg after a few uses, its rows read as the driver's tuples
+(`store/driver.py`). On SQLite each is a short form of two statements
 in one BEGIN IMMEDIATE. Both forms run the same compare-and-sets, whose source states
 come from `domain.transitions`; no status is spelled here. The producer's one statement,
 queue, is the job store's own (`store/sql_jobs.py`).
@@ -10,6 +11,7 @@ queue, is the job store's own (`store/sql_jobs.py`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,12 +25,15 @@ from planq.domain.transitions import (
     JobMove,
     finish_move,
 )
+from planq.store.driver import fetch_all
 from planq.store.models import AsyncJobModel as J
 from planq.store.models import PlanModel as P
 
 JOB_FIELDS = [c.key for c in J.__table__.columns]
 PLAN_FIELDS = [c.key for c in P.__table__.columns]
-PLAN_OUT = ", ".join(f"plan.{name} AS p_{name}" for name in PLAN_FIELDS)
+#: A job's and a plan's columns, named in the models' order: the driver's tuples follow it.
+JOB_COLUMNS = ", ".join(JOB_FIELDS)
+PLAN_OUT = ", ".join(f"plan.{name}" for name in PLAN_FIELDS)
 
 
 def job_from(row: Any) -> AsyncJob:
@@ -36,11 +41,19 @@ def job_from(row: Any) -> AsyncJob:
     return AsyncJob.model_validate({name: row[name] for name in JOB_FIELDS})
 
 
-def plan_from(row: Any, prefix: str = "") -> Plan | None:
-    """A plan row (columns maybe prefixed) as the domain's plan; None for an outer-join miss."""
-    if row[f"{prefix}plan_id"] is None:
-        return None
-    return Plan.model_validate({name: row[f"{prefix}{name}"] for name in PLAN_FIELDS})
+def job_from_tuple(values: Sequence[Any]) -> AsyncJob:
+    """A job from the driver's tuple of JOB_COLUMNS."""
+    return AsyncJob.model_validate(dict(zip(JOB_FIELDS, values, strict=True)))
+
+
+def plan_from_tuple(values: Sequence[Any]) -> Plan:
+    """A plan from the driver's tuple of PLAN_FIELDS' values."""
+    return Plan.model_validate(dict(zip(PLAN_FIELDS, values, strict=True)))
+
+
+def plan_from(row: Any) -> Plan:
+    """A plan row as the domain's plan."""
+    return Plan.model_validate({name: row[name] for name in PLAN_FIELDS})
 
 
 def _values(statuses: frozenset[Any]) -> list[str]:
@@ -53,7 +66,7 @@ WITH job AS (
     UPDATE async_jobs
        SET status = :to, worker_id = :worker_id, started_at = :now, last_heartbeat = :now
      WHERE job_id = :job_id AND status = ANY(:sources) AND cancel_requested_at IS NULL
- RETURNING *
+ RETURNING {JOB_COLUMNS}
 ), plan AS (
     UPDATE plans AS p
        SET status = :plan_to, version = p.version + 1, updated_at = :now
@@ -89,23 +102,17 @@ def pg_claim(
     conn: Connection, job_id: str, worker_id: str, now: datetime, follow: bool
 ) -> Claimed | None:
     """CLAIM (one statement): the job queued -> running, its plan queued -> running."""
-    row = (
-        conn.execute(
-            _PG_CLAIM,
-            {
-                "job_id": job_id,
-                "worker_id": worker_id,
-                "now": now,
-                "follow": follow,
-                **_move_params(CLAIM),
-            },
-        )
-        .mappings()
-        .first()
+    rows = fetch_all(
+        conn,
+        _PG_CLAIM,
+        {"job_id": job_id, "worker_id": worker_id, "now": now, "follow": follow}
+        | _move_params(CLAIM),
     )
-    if row is None:
+    if not rows:
         return None
-    return Claimed(job_from(row), plan_from(row, "p_"))
+    row, split = rows[0], len(JOB_FIELDS)
+    plan = None if row[split] is None else plan_from_tuple(row[split:])  # outer-join miss
+    return Claimed(job_from_tuple(row[:split]), plan)
 
 
 def pg_finish(
@@ -119,7 +126,8 @@ def pg_finish(
     follow: bool,
 ) -> bool:
     """FINISH (one statement): the job running -> terminal, its plan with it."""
-    count = conn.execute(
+    [(count,)] = fetch_all(
+        conn,
         _PG_FINISH,
         {
             "job_id": job_id,
@@ -129,9 +137,9 @@ def pg_finish(
             "fenced": worker_id is not None,
             "worker_id": worker_id or "",
             "follow": follow,
-            **_move_params(finish_move(status)),
-        },
-    ).scalar_one()
+        }
+        | _move_params(finish_move(status)),
+    )
     return bool(count)
 
 

@@ -26,6 +26,7 @@ from planq.domain.transitions import (
 from planq.store.availability import last_sighting, sight_ledger
 from planq.store.checked import CheckedJobStore
 from planq.store.database import OnDatabase
+from planq.store.driver import fetch_all
 from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.models import PlanModel as P
@@ -35,6 +36,7 @@ from planq.store.sql_hot_path import (
     pg_claim,
     pg_finish,
     plan_from,
+    plan_from_tuple,
     sqlite_claim,
     sqlite_finish,
 )
@@ -467,7 +469,8 @@ SELECT {PLAN_OUT} FROM plan
 def pg_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan]:
     """QUEUE (one statement): every plan CAS'd into the phase, every job inserted."""
     first = jobs[0]
-    rows = conn.execute(
+    rows = fetch_all(
+        conn,
         _pg_queue(first.phase),
         {
             "job_ids": [j.job_id for j in jobs],
@@ -480,8 +483,8 @@ def pg_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[
             "schema_version": first.schema_version,
             "now": now,
         },
-    ).mappings()
-    return [p for p in (plan_from(r, "p_") for r in rows) if p is not None]
+    )
+    return [plan_from_tuple(row) for row in rows]
 
 
 def sqlite_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
