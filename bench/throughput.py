@@ -364,7 +364,10 @@ class CpuSampler:
             fields = raw[raw.rindex(")") + 2 :].split()
             pgid, utime, stime = int(fields[2]), int(fields[11]), int(fields[12])
             pid = int(entry.name)
-            out[pid] = (self._category(pid, comm, pgid), utime + stime)
+            category = self._category(pid, comm, pgid)
+            if category == "postgres" and not _is_backend(entry.path):
+                category = POSTGRES_BACKGROUND
+            out[pid] = (category, utime + stime)
         return out
 
     @staticmethod
@@ -375,6 +378,18 @@ class CpuSampler:
 
     def window(self) -> CpuWindow:
         return CpuWindow(self, self.snapshot(), self.idle_ticks(), time.perf_counter())
+
+
+POSTGRES_BACKGROUND = "of which postgres background"
+
+
+def _is_backend(proc: str) -> bool:
+    """Whether a PostgreSQL process serves a client (its title names the client's address)."""
+    try:
+        title = Path(proc, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    return ("(" in title and ")" in title) or "[local]" in title
 
 
 class CpuWindow:
@@ -397,7 +412,12 @@ class CpuWindow:
         # CPU the snapshots cannot name: processes that started and ended inside the window
         # (another test run, say). A large value means the numbers are not trustworthy.
         per["unattributed"] = max(busy - sum(per.values()), 0)
+        # "postgres" is every PostgreSQL process; POSTGRES_BACKGROUND says how much of it was
+        # not a client's backend (WAL writer, checkpointer, autovacuum, ...).
+        background = per.pop(POSTGRES_BACKGROUND, 0)
+        per["postgres"] += background
         out = {cat: round(ticks / _TICK * 1000.0 / jobs, 3) for cat, ticks in sorted(per.items())}
+        out[POSTGRES_BACKGROUND] = round(background / _TICK * 1000.0 / jobs, 3)
         measured = sum(v for k, v in per.items() if k != "unattributed")
         out["total"] = round(measured / _TICK * 1000.0 / jobs, 3)
         out["machine_busy_pct"] = round(100.0 * busy / max(total_end - self.idle[1], 1), 1)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, select, text, update
+from sqlalchemy import Connection, TextClause, select, text, update
 
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
@@ -61,37 +62,50 @@ def _values(statuses: frozenset[Any]) -> list[str]:
 
 
 # -- PostgreSQL: one statement each ---------------------------------------------------------
-_PG_CLAIM = text(f"""
+def _states(statuses: frozenset[Any]) -> str:
+    """A move's source states as an SQL list (constants: no array to send per call)."""
+    return ", ".join(f"'{value}'" for value in _values(statuses))
+
+
+@cache
+def _pg_claim() -> TextClause:
+    return text(f"""
 WITH job AS (
     UPDATE async_jobs
-       SET status = :to, worker_id = :worker_id, started_at = :now, last_heartbeat = :now
-     WHERE job_id = :job_id AND status = ANY(:sources) AND cancel_requested_at IS NULL
+       SET status = '{CLAIM.to.value}', worker_id = :worker_id, started_at = :now,
+           last_heartbeat = :now
+     WHERE job_id = :job_id AND status IN ({_states(CLAIM.sources)})
+       AND cancel_requested_at IS NULL
  RETURNING {JOB_COLUMNS}
 ), plan AS (
     UPDATE plans AS p
-       SET status = :plan_to, version = p.version + 1, updated_at = :now
+       SET status = '{CLAIM.plan_to.value}', version = p.version + 1, updated_at = :now
       FROM job
      WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase
-       AND p.status = ANY(:plan_sources)
+       AND p.status IN ({_states(CLAIM.plan_sources)})
  RETURNING p.*
 )
 SELECT job.*, {PLAN_OUT} FROM job LEFT JOIN plan ON true
 """)
 
-_PG_FINISH = text("""
+
+@cache
+def _pg_finish(status: AsyncJobStatus) -> TextClause:
+    move = finish_move(status)
+    return text(f"""
 WITH job AS (
     UPDATE async_jobs
-       SET status = :to, finished_at = :now, error_message = :error,
+       SET status = '{move.to.value}', finished_at = :now, error_message = :error,
            error_traceback = :traceback
-     WHERE job_id = :job_id AND status = ANY(:sources)
+     WHERE job_id = :job_id AND status IN ({_states(move.sources)})
        AND (NOT :fenced OR worker_id = :worker_id)
  RETURNING plan_id, phase
 ), plan AS (
     UPDATE plans AS p
-       SET status = :plan_to, version = p.version + 1, updated_at = :now
+       SET status = '{move.plan_to.value}', version = p.version + 1, updated_at = :now
       FROM job
      WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase
-       AND p.status = ANY(:plan_sources)
+       AND p.status IN ({_states(move.plan_sources)})
  RETURNING p.plan_id
 )
 SELECT count(*) FROM job
@@ -104,9 +118,8 @@ def pg_claim(
     """CLAIM (one statement): the job queued -> running, its plan queued -> running."""
     rows = fetch_all(
         conn,
-        _PG_CLAIM,
-        {"job_id": job_id, "worker_id": worker_id, "now": now, "follow": follow}
-        | _move_params(CLAIM),
+        _pg_claim(),
+        {"job_id": job_id, "worker_id": worker_id, "now": now, "follow": follow},
     )
     if not rows:
         return None
@@ -128,7 +141,7 @@ def pg_finish(
     """FINISH (one statement): the job running -> terminal, its plan with it."""
     [(count,)] = fetch_all(
         conn,
-        _PG_FINISH,
+        _pg_finish(status),
         {
             "job_id": job_id,
             "now": now,
@@ -137,8 +150,7 @@ def pg_finish(
             "fenced": worker_id is not None,
             "worker_id": worker_id or "",
             "follow": follow,
-        }
-        | _move_params(finish_move(status)),
+        },
     )
     return bool(count)
 
@@ -218,12 +230,3 @@ def _plan_follow(plan_id: str, phase: str, move: JobMove, now: datetime) -> Any:
         .values(status=move.plan_to.value, version=P.version + 1, updated_at=now)
         .returning(*P.__table__.columns)
     )
-
-
-def _move_params(move: JobMove) -> dict[str, Any]:
-    return {
-        "to": move.to.value,
-        "sources": _values(move.sources),
-        "plan_to": move.plan_to.value,
-        "plan_sources": _values(move.plan_sources),
-    }
