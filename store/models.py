@@ -24,7 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from planq.domain.clock import as_utc
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.pipeline import EventKind
-from planq.domain.plans import PipelineState, PlanPhase, PlanStatus
+from planq.domain.plans import PipelineState, Plan, PlanPhase, PlanStatus
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -158,6 +158,11 @@ class PlanModel(Base):
     pipeline_gate: Mapped[str | None] = mapped_column(String(16))
     pipeline_state: Mapped[str | None] = mapped_column(String(24))
     pipeline_approval_timeout: Mapped[float | None] = mapped_column(Float)
+    #: When it reached its approval gate; NULL unless waiting there (migration 0012). The
+    #: store's own column, written only with the plan: the gate index keys on it, not on
+    #: updated_at, which every plan move writes (an update that changes a column any index
+    #: names is never HOT).
+    gated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     __table_args__ = (
         CheckConstraint(f"phase IS NULL OR {_in('phase', PHASES)}", name="phase"),
@@ -165,9 +170,14 @@ class PlanModel(Base):
         CheckConstraint("(phase IS NULL) = (status IS NULL)", name="phase_status_together"),
         CheckConstraint("version >= 0", name="version"),
         Index(None, "created_at", "plan_id"),  # the listing, newest first
-        _partial("ix_plans_awaiting_gate", ["updated_at", "plan_id"], WAITING_AT_GATE),
+        _partial("ix_plans_gated_at", ["gated_at", "plan_id"], WAITING_AT_GATE),
         {"postgresql_with": {"fillfactor": FILLFACTOR}},
     )
+
+
+#: A plan's columns that the domain's Plan has (gated_at is the store's own): what a read
+#: returns and a write derives from the plan.
+PLAN_FIELDS = [c.key for c in PlanModel.__table__.columns if c.key in Plan.model_fields]
 
 
 class PlanEventModel(Base):

@@ -27,11 +27,11 @@ from planq.domain.transitions import (
     finish_move,
 )
 from planq.store.driver import fetch_all
+from planq.store.models import PLAN_FIELDS
 from planq.store.models import AsyncJobModel as J
 from planq.store.models import PlanModel as P
 
 JOB_FIELDS = [c.key for c in J.__table__.columns]
-PLAN_FIELDS = [c.key for c in P.__table__.columns]
 #: A job's and a plan's columns, named in the models' order: the driver's tuples follow it.
 JOB_COLUMNS = ", ".join(JOB_FIELDS)
 PLAN_OUT = ", ".join(f"plan.{name}" for name in PLAN_FIELDS)

@@ -15,7 +15,7 @@ from planq.domain.plans import PipelineState, Plan
 from planq.store.checked import CheckedPlanStore
 from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
-from planq.store.models import PlanEventModel, PlanModel
+from planq.store.models import PLAN_FIELDS, PlanEventModel, PlanModel
 from planq.store.partitions import EVENTS, drop_expired_partitions
 
 P = PlanModel
@@ -23,7 +23,6 @@ E = PlanEventModel
 _EVENT_FIELDS = [c.key for c in E.__table__.columns]
 #: The listing's order, newest first (served by ix_plans_created_at_plan_id).
 _NEWEST_FIRST = (P.created_at.desc(), P.plan_id.desc())
-_FIELDS = [c.key for c in P.__table__.columns]
 #: PostgreSQL: many plans in one statement, one array per column (unnest), whatever n.
 _PG_ADD_MANY = text("""
 INSERT INTO plans (plan_id, name, phase, status, spec_json, created_at, updated_at, version)
@@ -37,7 +36,7 @@ SELECT * FROM unnest(
 
 def to_domain(row: PlanModel) -> Plan:
     """Row to domain plan."""
-    return Plan.model_validate({name: getattr(row, name) for name in _FIELDS})
+    return Plan.model_validate({name: getattr(row, name) for name in PLAN_FIELDS})
 
 
 def to_values(plan: Plan) -> dict[str, Any]:
@@ -48,7 +47,10 @@ def to_values(plan: Plan) -> dict[str, Any]:
     for name in ("pipeline_through", "pipeline_gate", "pipeline_state"):  # enums as text
         value = getattr(plan, name)
         data[name] = value.value if value is not None else None
-    return {name: data[name] for name in _FIELDS}
+    values = {name: data[name] for name in PLAN_FIELDS}
+    waiting = plan.pipeline_state is PipelineState.awaiting_approval
+    values["gated_at"] = plan.updated_at if waiting else None  # the gate index's key
+    return values
 
 
 class SqlPlanStore(OnDatabase, CheckedPlanStore):
@@ -69,7 +71,7 @@ class SqlPlanStore(OnDatabase, CheckedPlanStore):
         with self.db.connection("add plans") as conn:  # PostgreSQL: one round trip
             try:
                 if self.db.dialect == "postgresql":
-                    conn.execute(_PG_ADD_MANY, {f: [r[f] for r in rows] for f in _FIELDS})
+                    conn.execute(_PG_ADD_MANY, {f: [r[f] for r in rows] for f in PLAN_FIELDS})
                 else:
                     conn.execute(insert(P), rows)
             except IntegrityError as exc:  # rolled back: the block ends in an exception
@@ -132,7 +134,7 @@ class SqlPlanStore(OnDatabase, CheckedPlanStore):
                 P.pipeline_state == PipelineState.awaiting_approval.value,
                 P.pipeline_approval_timeout.is_not(None),
             )
-            .order_by(P.updated_at, P.plan_id)
+            .order_by(P.gated_at, P.plan_id)
             .limit(limit)
         )
         with self.db.session() as s:
@@ -141,13 +143,13 @@ class SqlPlanStore(OnDatabase, CheckedPlanStore):
     def _gate_summary(self, at_most: int) -> GateSummary:
         """One statement over the gate index: the first at_most waiting plans, counted."""
         first = (
-            select(P.updated_at)
+            select(P.gated_at)
             .where(P.pipeline_state == PipelineState.awaiting_approval.value)
-            .order_by(P.updated_at, P.plan_id)
+            .order_by(P.gated_at, P.plan_id)
             .limit(at_most)
             .subquery()
         )
-        stmt = select(func.count(), func.min(first.c.updated_at))
+        stmt = select(func.count(), func.min(first.c.gated_at))
         with self.db.session() as s:
             waiting, oldest = s.execute(stmt).one()
         since = None if oldest is None else as_utc(oldest)

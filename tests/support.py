@@ -10,6 +10,10 @@ from typing import TypeVar
 
 import psycopg
 import pytest
+from sqlalchemy import text
+
+from planq.domain.plans import Plan
+from planq.store import Database
 
 T = TypeVar("T")
 
@@ -43,6 +47,28 @@ def drop_pg_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with _admin() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+#: A plan row as every revision's `plans` takes it (migration 0001's columns): for tests that
+#: write at an old revision, where the stores' newer plan columns do not exist yet.
+_OLD_PLAN = (
+    "INSERT INTO plans (plan_id, name, phase, status, spec_json, created_at, updated_at, "
+    "version) VALUES (:plan_id, :name, NULL, NULL, :spec_json, :at, :at, 0)"
+)
+
+
+def add_plan_at_any_revision(db: Database, plan: Plan) -> None:
+    """Store a new plan (no phase yet) with plain SQL, whatever revision the ledger is at."""
+    with db.engine.begin() as conn:
+        conn.execute(
+            text(_OLD_PLAN),
+            {
+                "plan_id": plan.plan_id,
+                "name": plan.name,
+                "spec_json": plan.spec_json,
+                "at": plan.created_at,
+            },
+        )
 
 
 def wait_for(

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import text
 
 from planq.domain.plans import Plan
-from planq.store import Database, sql_ledger
+from planq.store import Database
 from planq.store.migrate import upgrade
-from tests.support import create_pg_database, drop_pg_database, wait_for
+from tests.support import add_plan_at_any_revision, create_pg_database, drop_pg_database, wait_for
 
 pytestmark = pytest.mark.postgres
 
@@ -50,10 +50,9 @@ def _migration_waiting(db: Database) -> bool:
 
 def test_writes_go_on_while_the_gate_index_is_built(url: str) -> None:
     db = Database(url)
-    _, plans = sql_ledger(db)
     held, other = Plan.with_steps(["a"]), Plan.with_steps(["b"])
-    plans.add(held)
-    plans.add(other)
+    add_plan_at_any_revision(db, held)
+    add_plan_at_any_revision(db, other)
     outcome: dict[str, BaseException | None] = {}
 
     def migrate() -> None:

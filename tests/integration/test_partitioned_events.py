@@ -28,7 +28,12 @@ from planq.store.partitions import (
     ulid_prefix,
     ulid_prefix_sql,
 )
-from tests.support import create_pg_database, drop_pg_database, wait_for
+from tests.support import (
+    add_plan_at_any_revision,
+    create_pg_database,
+    drop_pg_database,
+    wait_for,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -76,7 +81,7 @@ def _ledger_with_a_plan(url: str, revision: str) -> tuple[Database, PlanStore, P
     db = Database(url)
     _, plans = sql_ledger(db)
     plan = Plan.with_steps(["a"])
-    plans.add(plan)
+    add_plan_at_any_revision(db, plan)
     return db, plans, plan
 
 
