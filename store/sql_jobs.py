@@ -432,9 +432,19 @@ _INSERTED = [
 ]
 
 
+#: The queue's input rows: n jobs as one array per column, or one job as plain values (a
+#: `delay()`: psycopg dumps four one-element arrays slower than the statement runs).
+_MANY = """SELECT * FROM unnest(
+        CAST(:job_ids AS varchar[]), CAST(:plan_ids AS varchar[]),
+        CAST(:payloads AS text[]), CAST(:created AS timestamptz[])
+    ) AS t(job_id, plan_id, payload_json, created_at)"""
+_ONE = """SELECT CAST(:job_ids AS varchar) AS job_id, CAST(:plan_ids AS varchar) AS plan_id,
+           CAST(:payloads AS text) AS payload_json, CAST(:created AS timestamptz) AS created_at"""
+
+
 @cache
-def _pg_queue(phase: PlanPhase) -> TextClause:
-    """Move the plans into <phase>/QUEUED and insert their jobs, for n plans at once."""
+def _pg_queue(phase: PlanPhase, one: bool) -> TextClause:
+    """Move the plans into <phase>/QUEUED and insert their jobs: one job, or n at once."""
     allowed = []
     for from_phase, from_status in sorted(phase_queue_move(phase).sources, key=str):
         if from_phase is None:
@@ -443,10 +453,7 @@ def _pg_queue(phase: PlanPhase) -> TextClause:
             allowed.append(f"(p.phase = '{from_phase.value}' AND p.status = '{from_status}')")
     return text(f"""
 WITH input AS (
-    SELECT * FROM unnest(
-        CAST(:job_ids AS varchar[]), CAST(:plan_ids AS varchar[]),
-        CAST(:payloads AS text[]), CAST(:created AS timestamptz[])
-    ) AS t(job_id, plan_id, payload_json, created_at)
+    {_ONE if one else _MANY}
 ), plan AS (
     UPDATE plans AS p
        SET phase = :phase, status = :plan_to, version = p.version + 1, updated_at = :now
@@ -468,15 +475,15 @@ SELECT {PLAN_OUT} FROM plan
 
 def pg_queue(conn: Connection, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan]:
     """QUEUE (one statement): every plan CAS'd into the phase, every job inserted."""
-    first = jobs[0]
+    first, one = jobs[0], len(jobs) == 1
     rows = fetch_all(
         conn,
-        _pg_queue(first.phase),
+        _pg_queue(first.phase, one),
         {
-            "job_ids": [j.job_id for j in jobs],
-            "plan_ids": [j.plan_id for j in jobs],
-            "payloads": [j.payload_json for j in jobs],
-            "created": [j.created_at for j in jobs],
+            "job_ids": first.job_id if one else [j.job_id for j in jobs],
+            "plan_ids": first.plan_id if one else [j.plan_id for j in jobs],
+            "payloads": first.payload_json if one else [j.payload_json for j in jobs],
+            "created": first.created_at if one else [j.created_at for j in jobs],
             "phase": first.phase.value,
             "plan_to": _QUEUED_PLAN,
             "status": first.status.value,
