@@ -58,6 +58,9 @@ class JobPublisher:
     ) -> None:
         self.app = app
         self.redactor = redactor
+        #: send_task's options per task name, routed once (Celery's router is built once
+        #: from the app's configuration too).
+        self.routes: dict[str, dict[str, Any]] = {}
         self.chunk = chunk
         #: `dispatched_at` for what was sent, in one statement per ~100 ms (`stamp`: the
         #: ledger's `mark_dispatched`).
@@ -83,7 +86,7 @@ class JobPublisher:
         if not jobs:
             return
         with self.app.producer_or_acquire() as producer:
-            batch = _Batch(self.app, producer)
+            batch = _Batch(self.app, producer, self.routes)
             for start in range(0, len(jobs), self.chunk):
                 chunk = jobs[start : start + self.chunk]
                 try:
@@ -155,11 +158,12 @@ class JobPublisher:
 
 
 class _Batch:
-    """What send_task looks up per message, looked up once per `send()`."""
+    """What send_task looks up per message, looked up once per `send()` (routes: once)."""
 
-    def __init__(self, app: Any, producer: Any) -> None:
+    def __init__(self, app: Any, producer: Any, routes: dict[str, dict[str, Any]]) -> None:
         self.app = app
         self.producer = producer
+        self.routes = routes
         self.amqp = app.amqp
         self.sender = self.amqp.send_task_message  # a new closure on every access: keep one
         self.reply_to = app.thread_oid
@@ -169,23 +173,32 @@ class _Batch:
         if parent:
             self.root_id = parent.request.root_id or parent.request.id
             self.parent_id = parent.request.id
-        self._routes: dict[str, dict[str, Any]] = {}
+        self._declared: set[str] = set()
 
     def options(self, name: str) -> dict[str, Any]:
-        """send_task's options for this task name (exec options, then the router), once."""
-        known = self._routes.get(name)
-        if known is not None:
-            return known
-        task = self.app.tasks[name]
-        options = {k: v for k, v in task._get_exec_options().items() if v is not None}
-        limits = {k: options.pop(k, None) for k in ("time_limit", "soft_time_limit", "expires")}
-        options.pop("ignore_result", None)
-        route = self.amqp.router.route(options, name, (), {}, task)
-        queue = route.get("queue")
-        if queue is not None and not isinstance(queue, str):
-            self.producer.maybe_declare(queue)
-        known = self._routes[name] = {"route": route, **limits}
+        """send_task's options for this task name, its queue declared on this connection."""
+        known = self.routes.get(name)
+        if known is None:
+            task = self.app.tasks[name]
+            options = {k: v for k, v in task._get_exec_options().items() if v is not None}
+            limits = {k: options.pop(k, None) for k in ("time_limit", "soft_time_limit", "expires")}
+            options.pop("ignore_result", None)
+            route = self.amqp.router.route(options, name, (), {}, task)
+            known = self.routes[name] = {"route": route, **limits}
+        if name not in self._declared:
+            self._declare(known["route"].get("queue"))
+            self._declared.add(name)
         return known
+
+    def _declare(self, queue: Any) -> None:
+        """maybe_declare, after kombu's own per-connection check (it copies the queue first)."""
+        if queue is None or isinstance(queue, str):
+            return
+        connection = getattr(self.producer.channel, "connection", None)
+        declared = getattr(getattr(connection, "client", None), "declared_entities", ())
+        if queue.can_cache_declaration and hash(queue) in declared:
+            return
+        self.producer.maybe_declare(queue)
 
 
 #: Seconds between flushes: far inside the relay's grace (600 s by default).

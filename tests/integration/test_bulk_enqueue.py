@@ -7,6 +7,7 @@ in a batch is a typed error with nothing written. On SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,11 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.signals import before_task_publish
+from kombu import Connection
+from kombu.exceptions import ChannelError
 
 from planq.domain.errors import BatchError, BoundsError, WrongTypeError
+from planq.domain.ids import new_id
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.lifecycle import PlanLifecycleService
 from planq.domain.plans import Plan
@@ -28,6 +32,8 @@ from tests.executors_for_tests import REDIS, runs_key
 from tests.support import wait_for
 
 COUNTED = "tests.executors_for_tests:counted"
+#: RabbitMQ, where routing meets declaration (.ci/run starts it if it does not answer).
+AMQP_URL = os.environ.get("PLANQ_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672//")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -150,3 +156,40 @@ def test_a_batch_with_a_plan_that_exists_writes_nothing(service: PlanLifecycleSe
         service.plans.add_many([fresh, fresh])
     assert [p.plan_id for p in service.plans.list_all()] == [kept.plan_id]
     assert service.plans.get(fresh.plan_id) is None
+
+
+def _messages_in(amqp_url: str, queue: str) -> int:
+    """How many messages wait in a RabbitMQ queue (0 if it does not exist)."""
+    with Connection(amqp_url) as conn:
+        try:
+            return int(conn.default_channel.queue_declare(queue, passive=True).message_count)
+        except ChannelError:
+            return 0
+
+
+def test_a_task_routed_to_its_own_queue_lands_there_on_every_connection(
+    tmp_path: Path,
+) -> None:
+    """On RabbitMQ, through task_routes: a message to a queue no one declared is dropped.
+
+    The route is looked up once per publisher; the queue is declared on every connection
+    that publishes to it (kombu's own per-connection cache), so a queue deleted under a
+    connection that did not declare it yet is declared again, not silently missed.
+    """
+    queue = f"planq-routed-{new_id().lower()}"
+    app = make_app(AMQP_URL, f"sqlite:///{tmp_path / 'ledger.db'}")
+    app.conf.task_routes = {"planq.strategize_plan": {"queue": queue}}
+    try:
+        first, second, third = client.create_plans([["a"], ["b"], ["c"]], app=app)
+        client.queue_phase(first.plan_id, "strategize", app=app)
+        wait_for(lambda: _messages_in(AMQP_URL, queue) == 1, timeout=10, what="the message")
+        with Connection(AMQP_URL) as conn:
+            conn.default_channel.queue_delete(queue)
+        with app.producer_or_acquire():  # holds the connection that declared it
+            client.queue_phases([second.plan_id, third.plan_id], "strategize", app=app)
+        wait_for(lambda: _messages_in(AMQP_URL, queue) == 2, timeout=10, what="the batch")
+        assert list(runtime_for(app).publisher.routes) == ["planq.strategize_plan"]
+    finally:
+        with Connection(AMQP_URL) as conn:
+            conn.default_channel.queue_delete(queue)
+        reset_runtime(app)
