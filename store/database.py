@@ -188,6 +188,11 @@ class Database:
         with self.session():
             yield
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether this context writes inside an ambient transaction (a failure aborts it)."""
+        return self._current.get() is not None
+
     @contextmanager
     def connection(self, operation: str = "write") -> Iterator[Connection]:
         """The hot path's connection, in one transaction (the ambient session's, if any).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import Connection, TextClause, select, text, update
@@ -30,6 +30,7 @@ from planq.store.driver import fetch_all
 from planq.store.models import PLAN_FIELDS
 from planq.store.models import AsyncJobModel as J
 from planq.store.models import PlanModel as P
+from planq.store.partitions import JOBS
 
 JOB_FIELDS = [c.key for c in J.__table__.columns]
 #: A job's and a plan's columns, named in the models' order: the driver's tuples follow it.
@@ -67,11 +68,11 @@ def _states(statuses: frozenset[Any]) -> str:
     return ", ".join(f"'{value}'" for value in _values(statuses))
 
 
-@cache
-def _pg_claim() -> TextClause:
+@lru_cache(maxsize=64)  # per jobs table: the parent, or a day's partition (store/partitions.py)
+def _pg_claim(jobs: str) -> TextClause:
     return text(f"""
 WITH job AS (
-    UPDATE async_jobs
+    UPDATE {jobs}
        SET status = '{CLAIM.to.value}', worker_id = :worker_id, started_at = :now,
            last_heartbeat = :now
      WHERE job_id = :job_id AND status IN ({_states(CLAIM.sources)})
@@ -89,12 +90,12 @@ SELECT job.*, {PLAN_OUT} FROM job LEFT JOIN plan ON true
 """)
 
 
-@cache
-def _pg_finish(status: AsyncJobStatus) -> TextClause:
+@lru_cache(maxsize=64)
+def _pg_finish(status: AsyncJobStatus, jobs: str) -> TextClause:
     move = finish_move(status)
     return text(f"""
 WITH job AS (
-    UPDATE async_jobs
+    UPDATE {jobs}
        SET status = '{move.to.value}', finished_at = :now, error_message = :error,
            error_traceback = :traceback
      WHERE job_id = :job_id AND status IN ({_states(move.sources)})
@@ -113,12 +114,21 @@ SELECT count(*) FROM job
 
 
 def pg_claim(
-    conn: Connection, job_id: str, worker_id: str, now: datetime, follow: bool
+    conn: Connection,
+    job_id: str,
+    worker_id: str,
+    now: datetime,
+    follow: bool,
+    *,
+    jobs: str = JOBS.parent,
 ) -> Claimed | None:
-    """CLAIM (one statement): the job queued -> running, its plan queued -> running."""
+    """CLAIM (one statement): the job queued -> running, its plan queued -> running.
+
+    `jobs`: the table to update, the parent or the job's partition (store/partitions.py).
+    """
     rows = fetch_all(
         conn,
-        _pg_claim(),
+        _pg_claim(jobs),
         {"job_id": job_id, "worker_id": worker_id, "now": now, "follow": follow},
     )
     if not rows:
@@ -137,11 +147,13 @@ def pg_finish(
     traceback: str | None,
     worker_id: str | None,
     follow: bool,
+    *,
+    jobs: str = JOBS.parent,
 ) -> bool:
-    """FINISH (one statement): the job running -> terminal, its plan with it."""
+    """FINISH (one statement): the job running -> terminal, its plan with it (in `jobs`)."""
     [(count,)] = fetch_all(
         conn,
-        _pg_finish(status),
+        _pg_finish(status, jobs),
         {
             "job_id": job_id,
             "now": now,

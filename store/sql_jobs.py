@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, TextClause, and_, delete, func, insert, or_, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, ProgrammingError
 
 from planq.domain.availability import Availability
 from planq.domain.errors import DuplicateJobError
@@ -25,12 +25,12 @@ from planq.domain.transitions import (
 )
 from planq.store.availability import last_sighting, sight_ledger
 from planq.store.checked import CheckedJobStore
-from planq.store.database import OnDatabase
+from planq.store.database import Database, OnDatabase
 from planq.store.driver import fetch_all
 from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.models import PlanModel as P
-from planq.store.partitions import JOBS, drop_expired_partitions
+from planq.store.partitions import JOBS, PartitionMap, drop_expired_partitions
 from planq.store.sql_hot_path import (
     PLAN_OUT,
     pg_claim,
@@ -55,6 +55,7 @@ def _values(statuses: frozenset[AsyncJobStatus]) -> list[str]:
 
 
 J = AsyncJobModel
+_T = TypeVar("_T")
 _TERMINAL = TERMINAL  # as the partial indexes spell it (SQLite matches the text)
 _LIVE = [s.value for s in AsyncJobStatus if s not in TERMINAL_STATUSES]
 _QUEUED, _RUNNING = AsyncJobStatus.queued.value, AsyncJobStatus.running.value
@@ -88,6 +89,10 @@ def to_values(job: AsyncJob) -> dict[str, Any]:
 
 class SqlJobStore(OnDatabase, CheckedJobStore):
     """SQLAlchemy 2.0 job ledger for SQLite and PostgreSQL."""
+
+    def __init__(self, database: Database) -> None:
+        super().__init__(database)
+        self._homes = PartitionMap(JOBS)  # PostgreSQL: where one job's statements go
 
     def _select(self, *where: Any, limit: int | None = None) -> list[AsyncJob]:
         stmt = select(J).where(*where).order_by(J.created_at, J.job_id).limit(limit)
@@ -230,9 +235,15 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         self, job_id: str, worker_id: str, now: datetime, *, follow_plan: bool
     ) -> Claimed | None:
         """CLAIM: queued -> running unless a cancel was requested; the plan with it."""
+        job_id = job_id.upper()
         with self.db.connection("claim") as conn:
-            run = pg_claim if self._pg else sqlite_claim
-            return run(conn, job_id.upper(), worker_id, now, follow_plan)
+            if not self._pg:
+                return sqlite_claim(conn, job_id, worker_id, now, follow_plan)
+            return self._at_home(
+                conn,
+                job_id,
+                lambda jobs: pg_claim(conn, job_id, worker_id, now, follow_plan, jobs=jobs),
+            )
 
     def _finish(
         self,
@@ -249,8 +260,36 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         if status is not AsyncJobStatus.failed:
             error = traceback = None
         with self.db.connection("finish") as conn:
-            run = pg_finish if self._pg else sqlite_finish
-            return run(conn, job_id, status, now, error, traceback, worker_id, follow_plan)
+            if not self._pg:
+                return sqlite_finish(
+                    conn, job_id, status, now, error, traceback, worker_id, follow_plan
+                )
+            return self._at_home(
+                conn,
+                job_id,
+                lambda jobs: pg_finish(
+                    conn, job_id, status, now, error, traceback, worker_id, follow_plan, jobs=jobs
+                ),
+            )
+
+    def _at_home(self, conn: Connection, job_id: str, run: Callable[[str], _T]) -> _T:
+        """Run a one-job statement on the job's partition; on the parent if that finds nothing.
+
+        Through the parent every execution is planned afresh (store/partitions.py,
+        `PartitionMap`). A miss on the partition (the row is not there, the table is gone)
+        is asked again of the parent, which routes by itself: never a wrong answer, and a
+        second statement only for a refused claim or finish. Inside an ambient transaction,
+        where a failed statement would abort it, the parent at once.
+        """
+        home = JOBS.parent if self.db.in_transaction else self._homes.home(conn, job_id)
+        if home == JOBS.parent:
+            return run(home)
+        try:
+            done = run(home)
+        except ProgrammingError:  # dropped since the map was read: read it again next time
+            self._homes.forget()
+            done = None
+        return done if done else run(JOBS.parent)
 
     def _cas(self, *where: Any, **values: Any) -> bool:
         with self.db.session() as s:

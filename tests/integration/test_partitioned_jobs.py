@@ -24,7 +24,7 @@ from planq.domain.plans import Plan, PlanPhase
 from planq.store import Database, prepare_partitions, sql_ledger
 from planq.store.migrate import downgrade, upgrade
 from planq.store.partitions import (
-    DEFAULT,
+    JOBS,
     create_partitions,
     list_partitions,
     ulid_prefix,
@@ -160,12 +160,60 @@ def test_partitions_are_made_ahead_and_take_their_rows_from_default(pg_url: str)
     assert prepare_partitions(db.engine) == []  # upgrade made them: nothing left to do
     future = now + 30 * DAY  # beat down for a month: the insert still lands, in DEFAULT
     prefix = _fill(db, future, 5)
-    assert _home(db, prefix + "1".rjust(16, "0")) == DEFAULT
+    assert _home(db, prefix + "1".rjust(16, "0")) == JOBS.default
     created = prepare_partitions(db.engine, now=future)
     assert created and _home(db, prefix + "1".rjust(16, "0")) in created
     assert _count(db) == 5
     schedule = beat_schedule(PlanqSettings())
     assert schedule["planq-prepare-partitions"]["task"] == "planq.maintenance.prepare_partitions"
+    db.close()
+
+
+def _moved(jobs: object, job: AsyncJob, at: datetime) -> tuple[bool, bool]:
+    """Claim then finish `job` through the store: (claimed, finished)."""
+    claimed = jobs.claim(job.job_id, "w@h/1", at, follow_plan=True)  # type: ignore[attr-defined]
+    finished = jobs.finish(  # type: ignore[attr-defined]
+        job.job_id, AsyncJobStatus.succeeded, at, worker_id="w@h/1", follow_plan=True
+    )
+    return claimed is not None, bool(finished)
+
+
+def test_claim_and_finish_find_a_job_wherever_its_row_is(pg_url: str) -> None:
+    """A job's statements find its row wherever it is.
+
+    Its day's partition, named straight; the DEFAULT partition and a partition made after
+    the map was read, through the parent; a partition dropped under the map, too.
+    """
+    db = Database(pg_url)
+    jobs, plans = sql_ledger(db)
+    now = datetime.now(UTC)
+    made: dict[str, AsyncJob] = {}
+    for name, at in (("today", now), ("next month", now + 30 * DAY)):
+        plan = Plan.with_steps(["a"])
+        plans.add(plan)
+        job = AsyncJob(
+            job_id=ulid_prefix(at) + "0" * 15 + str(len(made)),
+            plan_id=plan.plan_id,
+            phase=PlanPhase.strategize,
+        )
+        assert jobs.queue([job], now)
+        made[name] = job
+    assert _home(db, made["next month"].job_id) == JOBS.default
+    assert _moved(jobs, made["today"], now) == (True, True)  # the map is read here
+    assert _home(db, made["today"].job_id).startswith(JOBS.prefix)
+
+    created = prepare_partitions(db.engine, now=now + 30 * DAY)  # takes it out of DEFAULT
+    assert _home(db, made["next month"].job_id) in created
+    assert _moved(jobs, made["next month"], now) == (True, True)  # stale map: the parent
+
+    gone = _home(db, made["today"].job_id)  # ended: its partition can go, under the map
+    with db.engine.begin() as conn:
+        conn.execute(text(f"ALTER TABLE async_jobs DETACH PARTITION {gone}"))
+        conn.execute(text(f"DROP TABLE {gone}"))
+    assert jobs.claim(made["today"].job_id, "w@h/1", now) is None  # a late duplicate: no error
+    for job in made.values():
+        stored = jobs.get(job.job_id)
+        assert stored is None or stored.status is AsyncJobStatus.succeeded
     db.close()
 
 
@@ -304,7 +352,7 @@ def test_migration_round_trips_a_filled_ledger() -> None:
         assert _kind(db) == "p"
         with db.engine.connect() as conn:
             assert tuple(conn.execute(text(FINGERPRINT)).one()) == before
-            in_default = conn.execute(text(f"SELECT count(*) FROM {DEFAULT}")).scalar()
+            in_default = conn.execute(text(f"SELECT count(*) FROM {JOBS.default}")).scalar()
             parts = list_partitions(conn)
         # Adopted in place (the same storage), every row: ten days of ids up to now.
         adopted = parts[0]
