@@ -126,7 +126,7 @@ def make_hot_engine(url: str, **kwargs: Any) -> Engine:
     (operator reads, multi-statement transactions) keeps the pre-pinged engine.
     """
     kwargs.setdefault("pool_pre_ping", False)
-    kwargs.setdefault("isolation_level", "AUTOCOMMIT")
+    kwargs["isolation_level"] = "AUTOCOMMIT"  # always: the partition map's fallback needs it
     return make_engine(url, **kwargs)
 
 

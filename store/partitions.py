@@ -329,7 +329,10 @@ def _lock_in_order(
     A partition's foreign key makes its detach take SHARE ROW EXCLUSIVE on the table it
     references, and its drop ACCESS EXCLUSIVE; a transition writes `plans` before
     `plan_events`. Taking the referenced table first, then `target` (the parent, ONLY: every
-    statement on the table takes it first; or the detached table), keeps that order.
+    statement through the parent takes it first; or the detached table), keeps that order.
+    Claim and finish name a partition directly (`PartitionMap`) and lock only it and
+    `plans`; a detach waits for them on the partition, and takes only partitions without a
+    live job, which no claim or finish changes.
     """
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     for referenced in table.references:
@@ -435,10 +438,14 @@ class PartitionMap:
         self.max_age = max_age
         self._map: tuple[list[str], list[Partition]] = ([], [])
         self._read_at: float | None = None
+        self._off = False
 
     def home(self, conn: Connection, key: str) -> str:
         """The table to name for `key`: its partition if the map knows it, else the parent."""
-        if self._read_at is None or time.monotonic() - self._read_at > self.max_age:
+        if self._off:
+            return self.table.parent
+        read_at = self._read_at  # once: another thread may forget() meanwhile
+        if read_at is None or time.monotonic() - read_at > self.max_age:
             ranges = list_partitions(conn, self.table)
             self._map, self._read_at = ([p.low for p in ranges], ranges), time.monotonic()
         lows, ranges = self._map
@@ -450,6 +457,10 @@ class PartitionMap:
     def forget(self) -> None:
         """Read the catalogue again at the next key (a statement found a partition gone)."""
         self._read_at = None
+
+    def give_up(self) -> None:
+        """Name the parent from now on (this role may not write the partitions directly)."""
+        self._off = True
 
 
 def partitioned_parent(name: str) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import cache
@@ -56,6 +57,10 @@ def _values(statuses: frozenset[AsyncJobStatus]) -> list[str]:
 
 J = AsyncJobModel
 _T = TypeVar("_T")
+#: SQLSTATEs a statement naming a partition can meet where the parent's would not: the
+#: partition dropped under the map, and a role granted on the parent only.
+UNDEFINED_TABLE, INSUFFICIENT_PRIVILEGE = "42P01", "42501"
+logger = logging.getLogger("planq.store")
 _TERMINAL = TERMINAL  # as the partial indexes spell it (SQLite matches the text)
 _LIVE = [s.value for s in AsyncJobStatus if s not in TERMINAL_STATUSES]
 _QUEUED, _RUNNING = AsyncJobStatus.queued.value, AsyncJobStatus.running.value
@@ -278,16 +283,30 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         Through the parent every execution is planned afresh (store/partitions.py,
         `PartitionMap`). A miss on the partition (the row is not there, the table is gone)
         is asked again of the parent, which routes by itself: never a wrong answer, and a
-        second statement only for a refused claim or finish. Inside an ambient transaction,
-        where a failed statement would abort it, the parent at once.
+        second statement only for a refused claim or finish (or a stale map). Inside an
+        ambient transaction, where a failed statement would abort it, the parent at once;
+        the hot engine is always autocommit, so elsewhere a failed statement aborts nothing.
         """
         home = JOBS.parent if self.db.in_transaction else self._homes.home(conn, job_id)
         if home == JOBS.parent:
             return run(home)
         try:
             done = run(home)
-        except ProgrammingError:  # dropped since the map was read: read it again next time
-            self._homes.forget()
+        except ProgrammingError as exc:
+            code = getattr(exc.orig, "sqlstate", None)
+            if code == UNDEFINED_TABLE:  # dropped since the map was read: read it again
+                self._homes.forget()
+            elif code == INSUFFICIENT_PRIVILEGE:  # granted on the parent only: keep to it
+                self._homes.give_up()
+                logger.warning(
+                    "the ledger's role may not write %s directly (its grants are on %s "
+                    "only): claims and finishes go through %s from now on",
+                    home,
+                    JOBS.parent,
+                    JOBS.parent,
+                )
+            else:
+                raise
             done = None
         return done if done else run(JOBS.parent)
 

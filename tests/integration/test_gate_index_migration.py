@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import PipelineState, Plan, PlanPhase
@@ -133,6 +133,9 @@ def test_a_waiting_plan_keeps_its_place_at_the_gate(
         downgrade(url, BEFORE)  # and back: the old index, the column gone
         with db.engine.connect() as conn:
             names = set(conn.execute(text("SELECT * FROM plans LIMIT 0")).keys())
+            indexes = {i["name"]: i for i in inspect(conn).get_indexes("plans")}
         assert "gated_at" not in names and "updated_at" in names
+        assert "ix_plans_gated_at" not in indexes
+        assert indexes["ix_plans_awaiting_gate"]["column_names"] == ["updated_at", "plan_id"]
     finally:
         db.close()

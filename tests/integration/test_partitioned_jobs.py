@@ -10,17 +10,23 @@ The migration round-trips a filled ledger (generate_series) with every row kept.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from planq.domain.errors import DuplicateJobError
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import JobStore, PlanStore
 from planq.store import Database, prepare_partitions, sql_ledger
 from planq.store.migrate import downgrade, upgrade
 from planq.store.partitions import (
@@ -169,52 +175,117 @@ def test_partitions_are_made_ahead_and_take_their_rows_from_default(pg_url: str)
     db.close()
 
 
-def _moved(jobs: object, job: AsyncJob, at: datetime) -> tuple[bool, bool]:
+def _moved(jobs: JobStore, job: AsyncJob, at: datetime) -> tuple[bool, bool]:
     """Claim then finish `job` through the store: (claimed, finished)."""
-    claimed = jobs.claim(job.job_id, "w@h/1", at, follow_plan=True)  # type: ignore[attr-defined]
-    finished = jobs.finish(  # type: ignore[attr-defined]
+    claimed = jobs.claim(job.job_id, "w@h/1", at, follow_plan=True)
+    finished = jobs.finish(
         job.job_id, AsyncJobStatus.succeeded, at, worker_id="w@h/1", follow_plan=True
     )
-    return claimed is not None, bool(finished)
+    return claimed is not None, finished
+
+
+@contextmanager
+def _updates(db: Database) -> Iterator[list[str]]:
+    """The tables the job updates sent inside the block name, in order."""
+    named: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        found = re.search(r"UPDATE (async_jobs\w*)", statement)
+        if found:
+            named.append(found.group(1))
+
+    for engine in db.engines:
+        event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield named
+    finally:
+        for engine in db.engines:
+            event.remove(engine, "before_cursor_execute", record)
+
+
+def _queued(jobs: JobStore, plans: PlanStore, at: datetime, tag: str) -> AsyncJob:
+    """A queued job whose id says it was created at `at`."""
+    plan = Plan.with_steps(["a"])
+    plans.add(plan)
+    job = AsyncJob(
+        job_id=ulid_prefix(at) + tag.rjust(16, "0"),
+        plan_id=plan.plan_id,
+        phase=PlanPhase.strategize,
+    )
+    assert jobs.queue([job], datetime.now(UTC))
+    return job
 
 
 def test_claim_and_finish_find_a_job_wherever_its_row_is(pg_url: str) -> None:
-    """A job's statements find its row wherever it is.
+    """A job's claim and finish name its day's partition, and find its row wherever it is.
 
-    Its day's partition, named straight; the DEFAULT partition and a partition made after
-    the map was read, through the parent; a partition dropped under the map, too.
+    The DEFAULT partition and a partition made after the map was read go through the
+    parent; a partition dropped under the map too, and a finish refused on the partition
+    (another worker's job) is refused on the parent as well, with nothing written.
     """
     db = Database(pg_url)
     jobs, plans = sql_ledger(db)
     now = datetime.now(UTC)
-    made: dict[str, AsyncJob] = {}
-    for name, at in (("today", now), ("next month", now + 30 * DAY)):
-        plan = Plan.with_steps(["a"])
-        plans.add(plan)
-        job = AsyncJob(
-            job_id=ulid_prefix(at) + "0" * 15 + str(len(made)),
-            plan_id=plan.plan_id,
-            phase=PlanPhase.strategize,
-        )
-        assert jobs.queue([job], now)
-        made[name] = job
-    assert _home(db, made["next month"].job_id) == JOBS.default
-    assert _moved(jobs, made["today"], now) == (True, True)  # the map is read here
-    assert _home(db, made["today"].job_id).startswith(JOBS.prefix)
+    today = _queued(jobs, plans, now, "1")
+    in_default = _queued(jobs, plans, now + 30 * DAY, "2")
+    moved_later = _queued(jobs, plans, now + 31 * DAY, "3")
+    partition = _home(db, today.job_id)
+    assert partition.startswith(JOBS.prefix)
+    assert _home(db, in_default.job_id) == _home(db, moved_later.job_id) == JOBS.default
 
-    created = prepare_partitions(db.engine, now=now + 30 * DAY)  # takes it out of DEFAULT
-    assert _home(db, made["next month"].job_id) in created
-    assert _moved(jobs, made["next month"], now) == (True, True)  # stale map: the parent
+    with _updates(db) as named:
+        assert jobs.claim(today.job_id, "w@h/1", now) is not None  # the map is read here
+        assert not jobs.finish(today.job_id, AsyncJobStatus.succeeded, now, worker_id="w@h/2")
+        assert jobs.finish(today.job_id, AsyncJobStatus.succeeded, now, worker_id="w@h/1")
+        assert _moved(jobs, in_default, now) == (True, True)  # no range of the map: the parent
+    assert named == [partition, partition, JOBS.parent, partition] + [JOBS.parent] * 2
+    stored = jobs.get(today.job_id)
+    assert stored is not None and stored.worker_id == "w@h/1"  # the refused finish wrote nothing
 
-    gone = _home(db, made["today"].job_id)  # ended: its partition can go, under the map
-    with db.engine.begin() as conn:
-        conn.execute(text(f"ALTER TABLE async_jobs DETACH PARTITION {gone}"))
-        conn.execute(text(f"DROP TABLE {gone}"))
-    assert jobs.claim(made["today"].job_id, "w@h/1", now) is None  # a late duplicate: no error
-    for job in made.values():
-        stored = jobs.get(job.job_id)
-        assert stored is None or stored.status is AsyncJobStatus.succeeded
+    created = prepare_partitions(db.engine, now=now + 31 * DAY)  # out of DEFAULT, after the map
+    assert _home(db, moved_later.job_id) in created
+    with _updates(db) as named:
+        assert _moved(jobs, moved_later, now) == (True, True)
+    assert named == [JOBS.parent] * 2  # the map is stale for it: the parent, which is right
+
+    with db.engine.begin() as conn:  # today's ended: its partition can go, under the map
+        conn.execute(text(f"ALTER TABLE async_jobs DETACH PARTITION {partition}"))
+        conn.execute(text(f"DROP TABLE {partition}"))
+    with _updates(db) as named:
+        assert jobs.claim(today.job_id, "w@h/1", now) is None  # a late duplicate: no error
+        assert jobs.claim(in_default.job_id, "w@h/1", now) is None  # ended: refused
+    # Gone: the parent, and the map read again, which now covers the second's new home.
+    assert named == [partition, JOBS.parent, _home(db, in_default.job_id), JOBS.parent]
+    for job in (in_default, moved_later):
+        ended = jobs.get(job.job_id)
+        assert ended is not None and ended.status is AsyncJobStatus.succeeded
+    assert jobs.get(today.job_id) is None
     db.close()
+
+
+def test_a_role_granted_on_the_parent_only_is_served_through_it(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    role = f"planq_t_{uuid.uuid4().hex[:8]}"
+    owner = Database(pg_url)
+    try:
+        with owner.engine.begin() as conn:
+            conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+            conn.execute(text(f"GRANT SELECT, INSERT, UPDATE ON async_jobs, plans TO {role}"))
+        db = Database(pg_url.replace("://postgres@", f"://{role}@"))
+        jobs, plans = sql_ledger(Database(pg_url))  # the plan written by the owner
+        mine, _ = sql_ledger(db)
+        job = _queued(jobs, plans, datetime.now(UTC), "4")
+        with _updates(db) as named, caplog.at_level(logging.WARNING, "planq.store"):
+            assert _moved(mine, job, datetime.now(UTC)) == (True, True)
+        assert named[0].startswith(JOBS.prefix) and named[1:] == [JOBS.parent] * 2
+        assert [r.message for r in caplog.records if "directly" in r.message] != []
+        db.close()
+    finally:
+        with owner.engine.begin() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE {role}"))
+        owner.close()
 
 
 def test_the_beat_task_recreates_a_missing_partition(pg_url: str, tmp_path: Path) -> None:

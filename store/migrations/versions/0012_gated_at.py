@@ -12,7 +12,9 @@ the plan store writes it with the plan (NULL unless waiting), and nothing else d
 the moves are HOT again. The waiting plans (a few, by design) are backfilled from
 updated_at, which is when they reached the gate. The new index is built and the old one
 dropped CONCURRENTLY (migrations/online.py); a nullable column without a default rewrites
-no row.
+no row. A plan that a process still on the old code moves to its gate after the backfill
+has no gated_at until its next write: its expiry is unchanged (it counts from updated_at),
+only its place in the gate's order (NULLs last on PostgreSQL) and the oldest-wait gauge.
 """
 
 from __future__ import annotations
