@@ -3,8 +3,10 @@
 Real `celery worker` processes, each with its own metrics port: which node "holds" a job is
 Celery's per-process state (its reserved and active requests), so in-process nodes would
 all share it and prove nothing. Ledger writes are counted by PostgreSQL itself: a
-statement-level trigger on `async_jobs` counts every INSERT/UPDATE/DELETE statement, a
-compare-and-set that matches no row included (statement triggers fire for those too).
+statement-level trigger on `async_jobs` and on each of its partitions (a statement fires
+those of the table it names: the claim and the finish name the job's partition) counts
+every INSERT/UPDATE/DELETE statement, a compare-and-set that matches no row included
+(statement triggers fire for those too).
 The executor (`quiet`) writes nothing while it waits and heartbeats are 30 s apart, so the
 count moves only for the cancel. (The statistics views were tried first: a backend's
 counts reach them only when it goes idle, so a window of seconds caught 2 to 8 of the
@@ -38,12 +40,15 @@ CREATE TABLE planq_test_writes (n bigint NOT NULL);
 INSERT INTO planq_test_writes VALUES (0);
 CREATE FUNCTION planq_test_count() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN UPDATE planq_test_writes SET n = n + 1; RETURN NULL; END $$;
-CREATE TRIGGER planq_test_count AFTER INSERT OR UPDATE OR DELETE ON async_jobs
-  FOR EACH STATEMENT EXECUTE FUNCTION planq_test_count();
+DO $$ DECLARE t regclass; BEGIN
+  FOR t IN SELECT relid FROM pg_partition_tree('async_jobs') LOOP
+    EXECUTE format('CREATE TRIGGER planq_test_count AFTER INSERT OR UPDATE OR DELETE ON %s '
+                   'FOR EACH STATEMENT EXECUTE FUNCTION planq_test_count()', t);
+  END LOOP;
+END $$;
 """
 UNCOUNTER = """
-DROP TRIGGER planq_test_count ON async_jobs;
-DROP FUNCTION planq_test_count();
+DROP FUNCTION planq_test_count() CASCADE;
 DROP TABLE planq_test_writes;
 """
 
