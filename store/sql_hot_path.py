@@ -38,11 +38,6 @@ JOB_COLUMNS = ", ".join(JOB_FIELDS)
 PLAN_OUT = ", ".join(f"plan.{name}" for name in PLAN_FIELDS)
 
 
-def job_from(row: Any) -> AsyncJob:
-    """A job row as the domain's job."""
-    return AsyncJob.model_validate({name: row[name] for name in JOB_FIELDS})
-
-
 def job_from_tuple(values: Sequence[Any]) -> AsyncJob:
     """A job from the driver's tuple of JOB_COLUMNS."""
     return AsyncJob.model_validate(dict(zip(JOB_FIELDS, values, strict=True)))
@@ -53,9 +48,14 @@ def plan_from_tuple(values: Sequence[Any]) -> Plan:
     return Plan.model_validate(dict(zip(PLAN_FIELDS, values, strict=True)))
 
 
+def job_from(row: Any) -> AsyncJob:
+    """A job from a row read by column name (SQLite's path)."""
+    return job_from_tuple([row[name] for name in JOB_FIELDS])
+
+
 def plan_from(row: Any) -> Plan:
-    """A plan row as the domain's plan."""
-    return Plan.model_validate({name: row[name] for name in PLAN_FIELDS})
+    """A plan from a row read by column name (SQLite's path)."""
+    return plan_from_tuple([row[name] for name in PLAN_FIELDS])
 
 
 def _values(statuses: frozenset[Any]) -> list[str]:

@@ -15,14 +15,14 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
+from bench.ledger_fill import recorded
 from planq.domain.errors import DuplicateJobError
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
@@ -184,23 +184,10 @@ def _moved(jobs: JobStore, job: AsyncJob, at: datetime) -> tuple[bool, bool]:
     return claimed is not None, finished
 
 
-@contextmanager
-def _updates(db: Database) -> Iterator[list[str]]:
-    """The tables the job updates sent inside the block name, in order."""
-    named: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        found = re.search(r"UPDATE (async_jobs\w*)", statement)
-        if found:
-            named.append(found.group(1))
-
-    for engine in db.engines:
-        event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield named
-    finally:
-        for engine in db.engines:
-            event.remove(engine, "before_cursor_execute", record)
+def _updated(sent: list[tuple[str, Any]]) -> list[str]:
+    """The job tables the recorded UPDATE statements name, in order."""
+    named = (re.search(r"UPDATE (async_jobs\w*)", statement) for statement, _ in sent)
+    return [found.group(1) for found in named if found]
 
 
 def _queued(jobs: JobStore, plans: PlanStore, at: datetime, tag: str) -> AsyncJob:
@@ -233,29 +220,31 @@ def test_claim_and_finish_find_a_job_wherever_its_row_is(pg_url: str) -> None:
     assert partition.startswith(JOBS.prefix)
     assert _home(db, in_default.job_id) == _home(db, moved_later.job_id) == JOBS.default
 
-    with _updates(db) as named:
+    with recorded(db) as sent:
         assert jobs.claim(today.job_id, "w@h/1", now) is not None  # the map is read here
         assert not jobs.finish(today.job_id, AsyncJobStatus.succeeded, now, worker_id="w@h/2")
         assert jobs.finish(today.job_id, AsyncJobStatus.succeeded, now, worker_id="w@h/1")
         assert _moved(jobs, in_default, now) == (True, True)  # no range of the map: the parent
-    assert named == [partition, partition, JOBS.parent, partition] + [JOBS.parent] * 2
+    assert _updated(sent) == [partition, partition, JOBS.parent, partition] + [JOBS.parent] * 2
     stored = jobs.get(today.job_id)
     assert stored is not None and stored.worker_id == "w@h/1"  # the refused finish wrote nothing
 
     created = prepare_partitions(db.engine, now=now + 31 * DAY)  # out of DEFAULT, after the map
     assert _home(db, moved_later.job_id) in created
-    with _updates(db) as named:
+    with recorded(db) as sent:
         assert _moved(jobs, moved_later, now) == (True, True)
-    assert named == [JOBS.parent] * 2  # the map is stale for it: the parent, which is right
+    assert (
+        _updated(sent) == [JOBS.parent] * 2
+    )  # the map is stale for it: the parent, which is right
 
     with db.engine.begin() as conn:  # today's ended: its partition can go, under the map
         conn.execute(text(f"ALTER TABLE async_jobs DETACH PARTITION {partition}"))
         conn.execute(text(f"DROP TABLE {partition}"))
-    with _updates(db) as named:
+    with recorded(db) as sent:
         assert jobs.claim(today.job_id, "w@h/1", now) is None  # a late duplicate: no error
         assert jobs.claim(in_default.job_id, "w@h/1", now) is None  # ended: refused
     # Gone: the parent, and the map read again, which now covers the second's new home.
-    assert named == [partition, JOBS.parent, _home(db, in_default.job_id), JOBS.parent]
+    assert _updated(sent) == [partition, JOBS.parent, _home(db, in_default.job_id), JOBS.parent]
     for job in (in_default, moved_later):
         ended = jobs.get(job.job_id)
         assert ended is not None and ended.status is AsyncJobStatus.succeeded
@@ -276,8 +265,9 @@ def test_a_role_granted_on_the_parent_only_is_served_through_it(
         jobs, plans = sql_ledger(Database(pg_url))  # the plan written by the owner
         mine, _ = sql_ledger(db)
         job = _queued(jobs, plans, datetime.now(UTC), "4")
-        with _updates(db) as named, caplog.at_level(logging.WARNING, "planq.store"):
+        with recorded(db) as sent, caplog.at_level(logging.WARNING, "planq.store"):
             assert _moved(mine, job, datetime.now(UTC)) == (True, True)
+        named = _updated(sent)
         assert named[0].startswith(JOBS.prefix) and named[1:] == [JOBS.parent] * 2
         assert [r.message for r in caplog.records if "directly" in r.message] != []
         db.close()
