@@ -8,12 +8,17 @@ concurrency, polling and bookkeeping around it (bench/throughput.py measures tho
 
   planq          queue, claim, finish through SqlJobStore (the hot path as the workers
                  run it), after `--behind` extra days of partitions (a month of retention)
+  --batch K      a what-if, not planq's path: the same three writes for K jobs per
+                 statement (queue through delay_many's statement; claim and finish as the
+                 hot path's statements with `job_id = ANY(...)`): what batching writes
+                 across jobs would buy, which Celery's one-message-at-a-time delivery and
+                 the fenced claim before each body do not allow today
   procrastinate  defer (procrastinate_defer_jobs_v1), fetch (procrastinate_fetch_job_v2)
                  with N jobs waiting and with one, finish (procrastinate_finish_job_v1), its
                  own SQL; "a job" adds defer, fetch with one waiting and finish
 
 Usage:
-  .venv/bin/python bench/statement_cost.py [--jobs 3000] [--behind 30] [--out FILE]
+  .venv/bin/python bench/statement_cost.py [--jobs 3000] [--behind 30] [--batch 8 ...] [--out FILE]
 """
 
 from __future__ import annotations
@@ -22,10 +27,18 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import TextClause, text
+
+if TYPE_CHECKING:
+    from planq.domain.jobs import AsyncJob
+    from planq.store import Database
+    from planq.store.sql_jobs import SqlJobStore
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -43,16 +56,25 @@ def backend_cpu(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def per_call(pid: int, calls: list[Callable[[], object]]) -> float:
-    """Server CPU (ms) per call, over all the calls."""
-    before = backend_cpu(pid)
+def per_call(pid: int | list[int], calls: list[Callable[[], object]]) -> float:
+    """Server CPU (ms) per call, over all the calls, of one backend or several."""
+    pids = pid if isinstance(pid, list) else [pid]
+    before = sum(backend_cpu(p) for p in pids)
     for call in calls:
         call()
-    return round(1000.0 * (backend_cpu(pid) - before) / _TICK / len(calls), 3)
+    return round(1000.0 * (sum(backend_cpu(p) for p in pids) - before) / _TICK / len(calls), 3)
 
 
-def planq(jobs: int, behind: int) -> dict[str, float]:
-    from planq.domain.jobs import AsyncJob, AsyncJobStatus
+@contextmanager
+def ledger(
+    jobs: int, behind: int
+) -> Iterator[tuple[Database, SqlJobStore, list[AsyncJob], list[int]]]:
+    """A throw-away planq ledger, its job store, `jobs` unqueued jobs and its backends' pids.
+
+    One connection per engine (the hot one and the sessions'), both opened here, so the
+    pids cover every statement the store sends.
+    """
+    from planq.domain.jobs import AsyncJob
     from planq.domain.payload import serialize_job_payload
     from planq.domain.plans import PlanPhase
     from planq.store import Database, sql_ledger
@@ -62,10 +84,18 @@ def planq(jobs: int, behind: int) -> dict[str, float]:
     name, url = create_pg_database(ADMIN, "planq_stmt")
     try:
         upgrade(url)
-        db = Database(url, pool_size=1, max_overflow=0)  # one hot connection: one backend
+        db = Database(url, pool_size=1, max_overflow=0)
         with db.connection("bench") as conn:
             create_partitions(conn, datetime.now(UTC), behind=behind)
-            pid = int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+        with db.session() as session:  # the session engine's one connection, opened too
+            session.execute(text("SELECT 1"))
+        with db.connection("bench") as conn:
+            pids = list(
+                conn.exec_driver_sql(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND backend_type = 'client backend'"
+                ).scalars()
+            )
         store, _ = sql_ledger(db)
         made = [
             AsyncJob(
@@ -75,18 +105,29 @@ def planq(jobs: int, behind: int) -> dict[str, float]:
             )
             for plan_id in seed_plans(url, jobs)
         ]
+        yield db, store, made, pids
+        db.close()
+    finally:
+        drop_pg_database(ADMIN, name)
 
-        def now() -> datetime:
-            return datetime.now(UTC)  # each write its own moment, as in a fleet
 
-        out = {
-            "queue": per_call(pid, [lambda j=j: store.queue([j], now()) for j in made]),
+def now() -> datetime:
+    return datetime.now(UTC)  # each write its own moment, as in a fleet
+
+
+def planq(jobs: int, behind: int) -> dict[str, float]:
+    """The hot path: one job per statement, as `delay()` and the workers send them."""
+    from planq.domain.jobs import AsyncJobStatus
+
+    with ledger(jobs, behind) as (_db, store, made, pids):
+        return {
+            "queue": per_call(pids, [lambda j=j: store.queue([j], now()) for j in made]),
             "claim": per_call(
-                pid,
+                pids,
                 [lambda j=j: store.claim(j.job_id, "w@h/1", now(), follow_plan=True) for j in made],
             ),
             "finish": per_call(
-                pid,
+                pids,
                 [
                     lambda j=j: store.finish(
                         j.job_id,
@@ -99,10 +140,61 @@ def planq(jobs: int, behind: int) -> dict[str, float]:
                 ],
             ),
         }
-        db.close()
-        return out
-    finally:
-        drop_pg_database(ADMIN, name)
+
+
+def _batched(statement: TextClause) -> TextClause:
+    """A hot-path statement for many jobs: `job_id = :job_id` becomes an array match."""
+    sql = statement.text.replace("job_id = :job_id", "job_id = ANY(CAST(:job_ids AS varchar[]))")
+    return text(sql.replace("LEFT JOIN plan ON true", "LEFT JOIN plan USING (plan_id)"))
+
+
+def planq_batched(jobs: int, behind: int, size: int) -> dict[str, float]:
+    """The what-if: server CPU per job when queue, claim and finish each cover `size` jobs."""
+    from planq.domain.jobs import AsyncJobStatus
+    from planq.store.driver import fetch_all
+    from planq.store.partitions import JOBS, PartitionMap
+    from planq.store.sql_hot_path import _pg_claim, _pg_finish
+
+    with ledger(jobs, behind) as (db, store, made, pids):
+        groups = [made[i : i + size] for i in range(0, len(made), size)]
+        with db.connection("bench") as conn:
+            home = PartitionMap(JOBS).home(conn, made[0].job_id)  # made in one day
+        claim = _batched(_pg_claim(home))
+        finish = _batched(_pg_finish(AsyncJobStatus.succeeded, home))
+
+        def run(statement: TextClause, group: list[AsyncJob], **values: Any) -> None:
+            ids = [j.job_id for j in group]
+            with db.connection("bench") as conn:
+                fetch_all(conn, statement, {"job_ids": ids, "now": now(), **values})
+
+        fenced = {"worker_id": "w@h/1", "follow": True}
+
+        def analyze() -> None:
+            """Fresh statistics, as autovacuum keeps them.
+
+            Else a status with no rows at the last ANALYZE looks rare, and the planner scans
+            that status's index instead of the key.
+            """
+            with db.connection("bench") as conn:
+                conn.exec_driver_sql(f"ANALYZE {home}")
+
+        out = {"queue": per_call(pids, [lambda g=g: store.queue(g, now()) for g in groups])}
+        analyze()
+        out["claim"] = per_call(pids, [lambda g=g: run(claim, g, **fenced) for g in groups])
+        analyze()
+        out["finish"] = per_call(
+            pids,
+            [
+                lambda g=g: run(finish, g, error=None, traceback=None, fenced=True, **fenced)
+                for g in groups
+            ],
+        )
+        with db.connection("bench") as conn:
+            done = conn.exec_driver_sql(
+                "SELECT count(*) FROM async_jobs WHERE status = 'succeeded'"
+            ).scalar_one()
+        assert done == len(made), f"{done} of {len(made)} jobs went through the batches"
+        return {step: round(cost / size, 3) for step, cost in out.items()}
 
 
 def procrastinate(jobs: int) -> dict[str, float]:
@@ -152,6 +244,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--behind", type=int, default=30, help="extra days of partitions")
+    parser.add_argument(
+        "--batch", type=int, nargs="*", default=[], help="what-if batch sizes (jobs per statement)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     result = {
@@ -162,11 +257,18 @@ def main() -> None:
         "planq": planq(args.jobs, args.behind),
         "procrastinate": procrastinate(args.jobs),
     }
-    for system in ("planq", "procrastinate"):
+    batched = {
+        f"planq, {k} jobs a statement (what-if)": planq_batched(args.jobs, args.behind, k)
+        for k in args.batch
+    }
+    result.update(batched)
+    for system in ("planq", "procrastinate", *batched):
         steps = result[system]
         total = round(sum(v for k, v in steps.items() if k != "fetch"), 3)  # a drained queue
         shown = ", ".join(f"{k} {v:.3f}" for k, v in steps.items())
         print(f"{system:<14} {shown}; a job {total:.3f} ms")
+    if batched:
+        print("what-if rows: server CPU per job, each statement's cost divided by its jobs")
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
