@@ -1,12 +1,13 @@
-"""The worker's two statements: claim and finish, each moving a job and its plan.
+"""The worker's statements: claim and finish, each moving a job and its plan; beats.
 
 On PostgreSQL each is ONE statement (a data-modifying CTE, the same shape Procrastinate
 uses for its job rows), run on the thread's own autocommit connection: one round trip,
 prepared by psycopg after a few uses, its rows read as the driver's tuples
 (`store/driver.py`). On SQLite each is a short form of two statements
 in one BEGIN IMMEDIATE. Both forms run the same compare-and-sets, whose source states
-come from `domain.transitions`; no status is spelled here. The producer's one statement,
-queue, is the job store's own (`store/sql_jobs.py`).
+come from `domain.transitions`; no status is spelled here. The heartbeat and progress
+writes of a running job are here too, on PostgreSQL (SQLite's are the job store's). The
+producer's one statement, queue, is the job store's own (`store/sql_jobs.py`).
 """
 
 from __future__ import annotations
@@ -165,6 +166,81 @@ def pg_finish(
         },
     )
     return bool(count)
+
+
+#: Where a heartbeat or a progress write finds its job: in the state its claim left it.
+_RUNNING_SQL = _states(frozenset({CLAIM.to}))
+
+
+@lru_cache(maxsize=64)
+def _pg_heartbeat(jobs: str, one: bool) -> TextClause:
+    match = "job_id = :job_ids" if one else "job_id = ANY(CAST(:job_ids AS varchar[]))"
+    return text(f"""
+UPDATE {jobs} SET last_heartbeat = :now
+ WHERE {match} AND status IN ({_RUNNING_SQL}) AND (NOT :fenced OR worker_id = :worker_id)
+RETURNING job_id, cancel_requested_at
+""")
+
+
+def pg_heartbeat(
+    conn: Connection,
+    job_ids: Sequence[str],
+    now: datetime,
+    worker_id: str | None,
+    *,
+    jobs: str = JOBS.parent,
+) -> list[tuple[str, datetime | None]]:
+    """HEARTBEAT (one statement): stamp the running jobs (under worker_id, if given).
+
+    The jobs it found, each with its cancel request. One job is matched by a plain value:
+    on a partition, an array of one cost 0.25 ms of server CPU against 0.18 to 0.20.
+    """
+    one = len(job_ids) == 1
+    rows = fetch_all(
+        conn,
+        _pg_heartbeat(jobs, one),
+        {
+            "job_ids": job_ids[0] if one else list(job_ids),
+            "now": now,
+            "fenced": worker_id is not None,
+            "worker_id": worker_id or "",
+        },
+    )
+    return [(job_id, asked) for job_id, asked in rows]
+
+
+@lru_cache(maxsize=64)
+def _pg_progress(jobs: str, checkpoint: bool) -> TextClause:
+    also = ", checkpoint_json = :checkpoint" if checkpoint else ""
+    return text(f"""
+UPDATE {jobs} SET progress = :progress{also}
+ WHERE job_id = :job_id AND status IN ({_RUNNING_SQL}) AND (NOT :fenced OR worker_id = :worker_id)
+RETURNING job_id
+""")
+
+
+def pg_progress(
+    conn: Connection,
+    job_id: str,
+    progress: float | None,
+    checkpoint_json: str | None,
+    worker_id: str | None,
+    *,
+    jobs: str = JOBS.parent,
+) -> bool:
+    """PROGRESS (one statement): the running job's progress (and checkpoint, if given)."""
+    rows = fetch_all(
+        conn,
+        _pg_progress(jobs, checkpoint_json is not None),
+        {
+            "job_id": job_id,
+            "progress": progress,
+            "checkpoint": checkpoint_json,
+            "fenced": worker_id is not None,
+            "worker_id": worker_id or "",
+        },
+    )
+    return bool(rows)
 
 
 # -- SQLite: two statements in one BEGIN IMMEDIATE --------------------------------------------

@@ -36,6 +36,8 @@ from planq.store.sql_hot_path import (
     PLAN_OUT,
     pg_claim,
     pg_finish,
+    pg_heartbeat,
+    pg_progress,
     plan_from,
     plan_from_tuple,
     sqlite_claim,
@@ -283,15 +285,26 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         Through the parent every execution is planned afresh (store/partitions.py,
         `PartitionMap`). A miss on the partition (the row is not there, the table is gone)
         is asked again of the parent, which routes by itself: never a wrong answer, and a
-        second statement only for a refused claim or finish (or a stale map). Inside an
-        ambient transaction, where a failed statement would abort it, the parent at once;
-        the hot engine is always autocommit, so elsewhere a failed statement aborts nothing.
+        second statement only for a refused write (or a stale map).
         """
-        home = JOBS.parent if self.db.in_transaction else self._homes.home(conn, job_id)
+        home = self._home(conn, job_id)
         if home == JOBS.parent:
             return run(home)
+        done = self._on_partition(home, run)
+        return done if done else run(JOBS.parent)
+
+    def _home(self, conn: Connection, job_id: str) -> str:
+        """The table a job's statement names: its partition, or the parent.
+
+        Inside an ambient transaction, where a failed statement would abort it, the parent;
+        the hot engine is always autocommit, so elsewhere a failed statement aborts nothing.
+        """
+        return JOBS.parent if self.db.in_transaction else self._homes.home(conn, job_id)
+
+    def _on_partition(self, home: str, run: Callable[[str], _T]) -> _T | None:
+        """run(home), or None where the partition cannot be named: gone, or not granted."""
         try:
-            done = run(home)
+            return run(home)
         except ProgrammingError as exc:
             code = getattr(exc.orig, "sqlstate", None)
             if code == UNDEFINED_TABLE:  # dropped since the map was read: read it again
@@ -300,15 +313,14 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
                 self._homes.give_up()
                 logger.warning(
                     "the ledger's role may not write %s directly (its grants are on %s "
-                    "only): claims and finishes go through %s from now on",
+                    "only): the job path's writes go through %s from now on",
                     home,
                     JOBS.parent,
                     JOBS.parent,
                 )
             else:
                 raise
-            done = None
-        return done if done else run(JOBS.parent)
+            return None
 
     def _cas(self, *where: Any, **values: Any) -> bool:
         with self.db.session() as s:
@@ -344,24 +356,45 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         return CancelOutcome.already_terminal
 
     def _heartbeat(self, job_ids: Iterable[str], now: datetime, worker_id: str | None) -> set[str]:
-        """HEARTBEAT: one UPDATE … RETURNING for all of a process's running jobs."""
+        """HEARTBEAT: one UPDATE … RETURNING for a process's running jobs (per partition)."""
         stop: set[str] = set()
         with self.db.connection("heartbeat") as conn:
             for batch in iter_batches(job_ids, _IN_CLAUSE_BATCH):
-                where = [J.job_id.in_(batch), J.status == _RUNNING]
-                if worker_id is not None:
-                    where.append(J.worker_id == worker_id)
-                stmt = (
-                    update(J)
-                    .where(*where)
-                    .values(last_heartbeat=now)
-                    .returning(J.job_id, J.cancel_requested_at)
-                )
-                alive = conn.execute(stmt).all()
+                beat = self._pg_beat if self._pg else _sqlite_beat
+                alive = beat(conn, batch, now, worker_id)
                 stop.update(jid for jid, asked in alive if asked is not None)
                 if worker_id is not None:  # fenced: the rest is no longer ours
                     stop.update(set(batch) - {jid for jid, _ in alive})
         return stop
+
+    def _pg_beat(
+        self, conn: Connection, job_ids: list[str], now: datetime, worker_id: str | None
+    ) -> list[tuple[str, datetime | None]]:
+        """One statement per partition the jobs are in (one, mostly); its misses, the parent's.
+
+        A process on prefork beats one job: on its partition that statement costs 0.20 ms
+        of server CPU against 0.30 to 0.37 through the parent (docs/benchmarks.md).
+        """
+        by_home: dict[str, list[str]] = {}
+        for job_id in job_ids:
+            by_home.setdefault(self._home(conn, job_id), []).append(job_id)
+        alive: list[tuple[str, datetime | None]] = []
+        missed: list[str] = []
+        for home, ids in by_home.items():
+
+            def beat(jobs: str, ids: list[str] = ids) -> list[tuple[str, datetime | None]]:
+                return pg_heartbeat(conn, ids, now, worker_id, jobs=jobs)
+
+            if home == JOBS.parent:
+                alive += beat(home)
+                continue
+            found = self._on_partition(home, beat)
+            seen = {job_id for job_id, _ in found or []}
+            alive += found or []
+            missed += [job_id for job_id in ids if job_id not in seen]
+        if missed:  # not on the partition the map named: the parent, which routes by itself
+            alive += pg_heartbeat(conn, missed, now, worker_id)
+        return alive
 
     def _save_progress(
         self,
@@ -371,13 +404,21 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
         worker_id: str | None,
     ) -> bool:
         """PROGRESS: UPDATE progress (and checkpoint) WHERE running (under worker_id)."""
-        values: dict[str, Any] = {"progress": progress}
-        if checkpoint_json is not None:
-            values["checkpoint_json"] = checkpoint_json
-        where = [J.job_id == job_id, J.status == _RUNNING]
-        if worker_id is not None:
-            where.append(J.worker_id == worker_id)
         with self.db.connection("progress") as conn:
+            if self._pg:
+                return self._at_home(
+                    conn,
+                    job_id,
+                    lambda jobs: pg_progress(
+                        conn, job_id, progress, checkpoint_json, worker_id, jobs=jobs
+                    ),
+                )
+            values: dict[str, Any] = {"progress": progress}
+            if checkpoint_json is not None:
+                values["checkpoint_json"] = checkpoint_json
+            where = [J.job_id == job_id, J.status == _RUNNING]
+            if worker_id is not None:
+                where.append(J.worker_id == worker_id)
             return bool(conn.execute(update(J).where(*where).values(**values)).rowcount)
 
     def _sight_ledger(
@@ -473,6 +514,22 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
             ),
             limit=limit,
         )
+
+
+def _sqlite_beat(
+    conn: Connection, job_ids: list[str], now: datetime, worker_id: str | None
+) -> list[tuple[str, datetime | None]]:
+    """HEARTBEAT on SQLite: the running jobs found, each with its cancel request."""
+    where = [J.job_id.in_(job_ids), J.status == _RUNNING]
+    if worker_id is not None:
+        where.append(J.worker_id == worker_id)
+    stmt = (
+        update(J)
+        .where(*where)
+        .values(last_heartbeat=now)
+        .returning(J.job_id, J.cancel_requested_at)
+    )
+    return [(job_id, asked) for job_id, asked in conn.execute(stmt)]
 
 
 # -- QUEUE: the producer's one statement (PostgreSQL), or a short form (SQLite) ------------

@@ -252,6 +252,58 @@ def test_claim_and_finish_find_a_job_wherever_its_row_is(pg_url: str) -> None:
     db.close()
 
 
+def _beat_and_progress(jobs: JobStore, job: AsyncJob, worker_id: str) -> tuple[set[str], bool]:
+    """A running job's heartbeat (what must stop) and a progress write (whether it took)."""
+    return (
+        jobs.heartbeat([job.job_id], datetime.now(UTC), worker_id),
+        jobs.save_progress(job.job_id, 0.5, None, worker_id),
+    )
+
+
+def test_heartbeats_and_progress_name_the_jobs_partition(pg_url: str) -> None:
+    """A running job's heartbeat and progress go to its partition, like its claim.
+
+    A batch beats each partition once, and the parent for jobs no partition of the map
+    holds. A heartbeat or a progress write refused on the partition (another worker's job)
+    is refused on the parent too, and writes nothing.
+    """
+    db = Database(pg_url)
+    jobs, plans = sql_ledger(db)
+    now = datetime.now(UTC)
+    today, other = (_queued(jobs, plans, now, tag) for tag in ("5", "6"))
+    in_default = _queued(jobs, plans, now + 30 * DAY, "7")
+    partition = _home(db, today.job_id)
+    assert _home(db, other.job_id) == partition and _home(db, in_default.job_id) == JOBS.default
+    for job in (today, other, in_default):
+        assert jobs.claim(job.job_id, "w@h/1", now) is not None
+
+    with recorded(db) as sent:
+        assert _beat_and_progress(jobs, today, "w@h/1") == (set(), True)
+        assert _beat_and_progress(jobs, in_default, "w@h/1") == (set(), True)
+        assert (
+            jobs.heartbeat([today.job_id, in_default.job_id, other.job_id], now, "w@h/1") == set()
+        )
+    assert _updated(sent) == [
+        partition,
+        partition,
+        JOBS.parent,
+        JOBS.parent,
+        partition,
+        JOBS.parent,
+    ]
+    for job in (today, other, in_default):
+        stamped = jobs.get(job.job_id)
+        assert stamped is not None and stamped.last_heartbeat == now
+        assert stamped.progress == (None if job is other else 0.5)
+
+    before = jobs.get(today.job_id)
+    with recorded(db) as sent:
+        assert _beat_and_progress(jobs, today, "w@h/2") == ({today.job_id}, False)
+    assert _updated(sent) == [partition, JOBS.parent] * 2
+    assert jobs.get(today.job_id) == before  # neither wrote: the job is w@h/1's
+    db.close()
+
+
 def test_a_role_granted_on_the_parent_only_is_served_through_it(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
