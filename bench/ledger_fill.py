@@ -282,6 +282,7 @@ def operations(db: Database, shape: Shape) -> dict[str, Callable[[], object]]:
         "cancel queued": lambda: jobs.cancel_queued(queued, now),
         "cancel request": lambda: jobs.cancel(running, now),
         "heartbeat": lambda: jobs.heartbeat([running], now, WORKER),
+        "progress": lambda: jobs.save_progress(running, 0.5, None, WORKER),
         "dispatch stamp": lambda: jobs.mark_dispatched([shape.job_id(n - 1)], now),
         "availability sighting": lambda: jobs.sight_ledger("jobs", 45.0),
         "findings first page": lambda: runs.list_findings(run, limit=50),
