@@ -137,7 +137,7 @@ class CheckedJobStore(ABC):
     def queue(self, jobs: Sequence[AsyncJob], now: datetime) -> list[Plan] | None:
         """Every job's plan into its phase and every job row, all or nothing."""
         check_fresh_jobs(jobs)
-        check_moment("now", now)
+        now = check_moment("now", now)
         return self._queue(jobs, now)
 
     def claim(
@@ -146,7 +146,7 @@ class CheckedJobStore(ABC):
         """CAS queued -> running (refused if a cancel was requested), the plan with it."""
         check_job_id(job_id)
         check_worker_id(worker_id)
-        check_moment("now", now)
+        now = check_moment("now", now)
         check_flag("follow_plan", follow_plan)
         return self._claim(job_id, worker_id, now, follow_plan=follow_plan)
 
@@ -168,7 +168,7 @@ class CheckedJobStore(ABC):
         """
         check_job_id(job_id)
         check_terminal_status(status)
-        check_moment("now", now)
+        now = check_moment("now", now)
         check_error_message(error)
         check_worker_id(worker_id, optional=True)
         check_flag("follow_plan", follow_plan)
@@ -186,13 +186,13 @@ class CheckedJobStore(ABC):
     def cancel_queued(self, job_id: str, now: datetime) -> bool:
         """Cancel a job only if it is still queued; whether this call ended it."""
         check_job_id(job_id)
-        check_moment("now", now)
+        now = check_moment("now", now)
         return self._cancel_queued(job_id, now)
 
     def cancel(self, job_id: str, now: datetime) -> CancelOutcome:
         """Cancel a queued job at once, or record the request on a running one."""
         check_job_id(job_id)
-        check_moment("now", now)
+        now = check_moment("now", now)
         return self._cancel(job_id, now)
 
     def heartbeat(
@@ -200,7 +200,7 @@ class CheckedJobStore(ABC):
     ) -> set[str]:
         """Stamp many running jobs at once; the ids whose work must stop."""
         ids = check_ids("job_ids", job_ids)
-        check_moment("now", now)
+        now = check_moment("now", now)
         check_worker_id(worker_id, optional=True)
         return self._heartbeat(ids, now, worker_id)
 
@@ -232,43 +232,43 @@ class CheckedJobStore(ABC):
 
     def list_stuck(self, cutoff: datetime, limit: int = 100) -> list[AsyncJob]:
         """Running jobs whose last heartbeat is older than cutoff."""
-        check_moment("cutoff", cutoff)
+        cutoff = check_moment("cutoff", cutoff)
         check_list_limit(limit)
         return self._list_stuck(cutoff, limit)
 
     def expire(self, job_id: str, cutoff: datetime, now: datetime, error: str) -> bool:
         """CAS running (heartbeat still older than cutoff) -> failed."""
         check_job_id(job_id)
-        check_moment("cutoff", cutoff)
-        check_moment("now", now)
+        cutoff = check_moment("cutoff", cutoff)
+        now = check_moment("now", now)
         check_error_message(error)
         return self._expire(job_id, cutoff, now, error)
 
     def fail_queued(self, job_id: str, now: datetime, error: str) -> bool:
         """CAS queued -> failed: a row no worker ever picked up."""
         check_job_id(job_id)
-        check_moment("now", now)
+        now = check_moment("now", now)
         check_error_message(error)
         return self._fail_queued(job_id, now, error)
 
     def delete_terminal_before(self, cutoff: datetime, batch_size: int = 500) -> int:
         """Delete terminal rows finished before cutoff, in bounded batches; how many."""
-        check_moment("cutoff", cutoff)
+        cutoff = check_moment("cutoff", cutoff)
         check_batch_size(batch_size)
         return self._delete_terminal_before(cutoff, batch_size)
 
     def mark_dispatched(self, job_ids: Sequence[str], now: datetime) -> int:
         """Stamp live or claimed rows as published (again); how many were stamped."""
         ids = check_ids("job_ids", job_ids)
-        check_moment("now", now)
+        now = check_moment("now", now)
         return self._mark_dispatched(ids, now)
 
     def list_dispatch_due(
         self, never_sent_before: datetime, resent_before: datetime, limit: int = 100
     ) -> list[AsyncJob]:
         """Queued rows never published (created before never_sent_before) or possibly lost."""
-        check_moment("never_sent_before", never_sent_before)
-        check_moment("resent_before", resent_before)
+        never_sent_before = check_moment("never_sent_before", never_sent_before)
+        resent_before = check_moment("resent_before", resent_before)
         check_list_limit(limit)
         return self._list_dispatch_due(never_sent_before, resent_before, limit)
 
@@ -476,7 +476,7 @@ class CheckedPlanStore(ABC):
 
     def delete_events_before(self, cutoff: datetime, batch_size: int = 500) -> int:
         """Delete events older than cutoff, in bounded batches; how many."""
-        check_moment("cutoff", cutoff)
+        cutoff = check_moment("cutoff", cutoff)
         check_batch_size(batch_size)
         return self._delete_events_before(cutoff, batch_size)
 

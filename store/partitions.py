@@ -330,9 +330,9 @@ def _lock_in_order(
     references, and its drop ACCESS EXCLUSIVE; a transition writes `plans` before
     `plan_events`. Taking the referenced table first, then `target` (the parent, ONLY: every
     statement through the parent takes it first; or the detached table), keeps that order.
-    Claim and finish name a partition directly (`PartitionMap`) and lock only it and
-    `plans`; a detach waits for them on the partition, and takes only partitions without a
-    live job, which no claim or finish changes.
+    The job path's writes (claim, finish, heartbeat, progress) name a partition directly
+    (`PartitionMap`) and lock only it (and `plans`); a detach waits for them on the
+    partition, and takes only partitions without a live job, which none of them changes.
     """
     conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     for referenced in table.references:
@@ -461,6 +461,11 @@ class PartitionMap:
     def give_up(self) -> None:
         """Name the parent from now on (this role may not write the partitions directly)."""
         self._off = True
+
+    @property
+    def given_up(self) -> bool:
+        """Whether `give_up` was called: every key's table is the parent now."""
+        return self._off
 
 
 def partitioned_parent(name: str) -> str | None:

@@ -24,6 +24,7 @@ from planq.domain.bounds import (
     check_text,
     describe,
 )
+from planq.domain.clock import as_utc
 from planq.domain.errors import BoundsError, WrongTypeError
 from planq.domain.jobs import (
     TERMINAL_STATUSES,
@@ -161,10 +162,14 @@ def check_batch_size(batch_size: object) -> int:
 
 
 def check_moment(field: str, value: object) -> datetime:
-    """A timestamp argument is a datetime."""
+    """A timestamp argument is a datetime; it goes on as aware UTC (naive is taken as UTC).
+
+    The hot path's statements hand it to the driver as it is, and PostgreSQL would read a
+    naive one in the session's time zone: so every store sees it normalised here, once.
+    """
     if not isinstance(value, datetime):
         raise WrongTypeError(field, "must be a datetime", describe(value))
-    return value
+    return as_utc(value)
 
 
 def check_status(status: object) -> AsyncJobStatus:

@@ -263,44 +263,71 @@ def _beat_and_progress(jobs: JobStore, job: AsyncJob, worker_id: str) -> tuple[s
 def test_heartbeats_and_progress_name_the_jobs_partition(pg_url: str) -> None:
     """A running job's heartbeat and progress go to its partition, like its claim.
 
-    A batch beats each partition once, and the parent for jobs no partition of the map
+    A batch beats each partition once, then the parent for jobs no partition of the map
     holds. A heartbeat or a progress write refused on the partition (another worker's job)
-    is refused on the parent too, and writes nothing.
+    is refused on the parent too, and writes nothing; a cancel request found on the
+    partition stops the job with no second statement.
     """
     db = Database(pg_url)
     jobs, plans = sql_ledger(db)
     now = datetime.now(UTC)
     today, other = (_queued(jobs, plans, now, tag) for tag in ("5", "6"))
     in_default = _queued(jobs, plans, now + 30 * DAY, "7")
-    partition = _home(db, today.job_id)
+    tomorrow = _queued(jobs, plans, now + DAY, "8")
+    partition, next_day = _home(db, today.job_id), _home(db, tomorrow.job_id)
     assert _home(db, other.job_id) == partition and _home(db, in_default.job_id) == JOBS.default
-    for job in (today, other, in_default):
+    assert next_day.startswith(JOBS.prefix) and next_day != partition
+    batch = [today, in_default, other, tomorrow]
+    for job in batch:
         assert jobs.claim(job.job_id, "w@h/1", now) is not None
 
     with recorded(db) as sent:
         assert _beat_and_progress(jobs, today, "w@h/1") == (set(), True)
         assert _beat_and_progress(jobs, in_default, "w@h/1") == (set(), True)
-        assert (
-            jobs.heartbeat([today.job_id, in_default.job_id, other.job_id], now, "w@h/1") == set()
-        )
-    assert _updated(sent) == [
+        assert jobs.heartbeat([job.job_id for job in batch], now, "w@h/1") == set()
+    assert _updated(sent) == [partition] * 2 + [JOBS.parent] * 2 + [
         partition,
-        partition,
-        JOBS.parent,
-        JOBS.parent,
-        partition,
+        next_day,
         JOBS.parent,
     ]
-    for job in (today, other, in_default):
+    for job in batch:
         stamped = jobs.get(job.job_id)
         assert stamped is not None and stamped.last_heartbeat == now
-        assert stamped.progress == (None if job is other else 0.5)
+        assert stamped.progress == (0.5 if job in (today, in_default) else None)
 
     before = jobs.get(today.job_id)
     with recorded(db) as sent:
         assert _beat_and_progress(jobs, today, "w@h/2") == ({today.job_id}, False)
     assert _updated(sent) == [partition, JOBS.parent] * 2
     assert jobs.get(today.job_id) == before  # neither wrote: the job is w@h/1's
+
+    jobs.cancel(today.job_id, now)
+    with recorded(db) as sent:
+        assert jobs.heartbeat([today.job_id], now, "w@h/1") == {today.job_id}
+    assert _updated(sent) == [partition]
+    db.close()
+
+
+def test_a_naive_moment_is_utc_whatever_the_sessions_time_zone(pg_url: str) -> None:
+    """The job path's statements hand `now` to the driver: the store makes it aware UTC first.
+
+    PostgreSQL reads a naive timestamp in the session's time zone; the store's boundary
+    takes a naive moment as UTC (as the ORM's column type does), so a heartbeat, a claim
+    and a finish store the same instant on a server that is not on UTC.
+    """
+    db = Database(f"{pg_url}?options=-c%20TimeZone%3DAsia/Tokyo")
+    jobs, plans = sql_ledger(db)
+    naive = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    job = _queued(jobs, plans, datetime.now(UTC), "9")
+    with db.connection("probe") as conn:
+        assert conn.exec_driver_sql("SHOW TimeZone").scalar_one() == "Asia/Tokyo"
+    assert jobs.claim(job.job_id, "w@h/1", naive) is not None
+    assert jobs.heartbeat([job.job_id], naive, "w@h/1") == set()
+    assert jobs.finish(job.job_id, AsyncJobStatus.succeeded, naive, worker_id="w@h/1")
+    stored = jobs.get(job.job_id)
+    assert stored is not None
+    aware = naive.replace(tzinfo=UTC)
+    assert (stored.started_at, stored.last_heartbeat, stored.finished_at) == (aware,) * 3
     db.close()
 
 
