@@ -172,8 +172,11 @@ def test_heartbeat_is_one_statement_per_interval_for_all_jobs(
     lock = threading.Lock()
 
     def count(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("UPDATE") and "last_heartbeat=" in statement:
-            ids = sum(1 for v in (params or {}).values() if isinstance(v, str) and len(v) == 26)
+        sets = "".join(statement.split()).upper()
+        if sets.startswith("UPDATE") and "SETLAST_HEARTBEAT=" in sets:
+            values = params.values() if isinstance(params, dict) else params or ()
+            items = [x for v in values for x in (v if isinstance(v, list) else [v])]
+            ids = sum(1 for x in items if isinstance(x, str) and len(x) == 26)  # a ULID each
             with lock:
                 statements.append(ids)
 
