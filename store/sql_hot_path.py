@@ -59,6 +59,11 @@ def plan_from(row: Any) -> Plan:
     return plan_from_tuple([row[name] for name in PLAN_FIELDS])
 
 
+def _fence(worker_id: str | None) -> dict[str, Any]:
+    """The parameters of `(NOT :fenced OR worker_id = :worker_id)`: only worker_id's job."""
+    return {"fenced": worker_id is not None, "worker_id": worker_id or ""}
+
+
 def _values(statuses: frozenset[Any]) -> list[str]:
     return sorted(s.value for s in statuses)
 
@@ -160,8 +165,7 @@ def pg_finish(
             "now": now,
             "error": error,
             "traceback": traceback,
-            "fenced": worker_id is not None,
-            "worker_id": worker_id or "",
+            **_fence(worker_id),
             "follow": follow,
         },
     )
@@ -202,8 +206,7 @@ def pg_heartbeat(
         {
             "job_ids": job_ids[0] if one else list(job_ids),
             "now": now,
-            "fenced": worker_id is not None,
-            "worker_id": worker_id or "",
+            **_fence(worker_id),
         },
     )
     return [(job_id, asked) for job_id, asked in rows]
@@ -236,8 +239,7 @@ def pg_progress(
             "job_id": job_id,
             "progress": progress,
             "checkpoint": checkpoint_json,
-            "fenced": worker_id is not None,
-            "worker_id": worker_id or "",
+            **_fence(worker_id),
         },
     )
     return bool(rows)
