@@ -30,8 +30,15 @@ lint: $(STAMP)
 # sets PYTHONDONTWRITEBYTECODE (this one does) would otherwise pay it on every start.
 PYCACHE := PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache
 
+# The suite in two groups (docs/testing.md): the parallel group over $(TEST_WORKERS) xdist
+# workers, each on Redis databases, ports and PostgreSQL databases of its own, then the
+# serial group (it restarts the shared Redis and PostgreSQL) alone; then the 15 slowest
+# tests and the totals. `make test GROUP=serial`, `make test PYTEST_ARGS="-k cancel"`.
+TEST_WORKERS ?= 3
+GROUP ?= all
+
 test: lint
-	$(PYCACHE) $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYCACHE) $(BIN)/python tests/suite.py --group $(GROUP) --workers $(TEST_WORKERS) -- $(PYTEST_ARGS)
 
 # The docker-compose fleet end to end; needs a Docker engine (not part of `make test`).
 test-compose: $(STAMP)

@@ -16,7 +16,7 @@ from planq.domain.ids import new_id
 from planq.domain.payload import serialize_job_payload
 from planq.store import Database
 from planq.store.models import AsyncJobModel, PlanModel
-from tests.acceptance.flower_support import free_port
+from tests.resources import free_port
 from tests.support import wait_for
 
 TOKEN = "planq-api-test-token"

@@ -18,7 +18,12 @@ from planq.domain.ports import JobStore, PlanStore
 from planq.store import Database, in_memory_ledger, sql_ledger
 from planq.store.migrate import upgrade
 from planq.store.models import Base
-from tests.support import REDIS_TEST_URL, create_pg_database, drop_pg_database, flush_redis
+from tests.support import (
+    REDIS_TEST_URL,
+    create_migrated_pg_database,
+    drop_pg_database,
+    flush_redis,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -46,9 +51,8 @@ def root_handlers_unguarded() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
-    """A migrated PostgreSQL database for the whole session."""
-    url = create_pg_database()
-    upgrade(url)
+    """A PostgreSQL database at head for the whole session (one per xdist worker)."""
+    url = create_migrated_pg_database()
     yield url
     drop_pg_database(url)
 
@@ -76,15 +80,14 @@ def sqlite_url(tmp_path: Path) -> str:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database of its own, brought to head by the migrations (for migration tests)."""
+    """A fresh database of its own at head: migrated (SQLite) or the migrated template's copy."""
     if request.param == "sqlite":
         made = f"sqlite:///{tmp_path / 'ledger.db'}"
         upgrade(made)
         yield made
         return
-    made = create_pg_database()
+    made = create_migrated_pg_database()
     try:
-        upgrade(made)
         yield made
     finally:
         drop_pg_database(made)

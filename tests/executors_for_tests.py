@@ -13,10 +13,9 @@ import time
 import redis
 
 from planq.tasks.executors import JobContext
+from tests import resources  # noqa: F401  (this slot's Redis URLs, inherited or set here)
 
-REDIS = redis.Redis.from_url(
-    os.environ.get("PLANQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"), decode_responses=True
-)
+REDIS = redis.Redis.from_url(os.environ["PLANQ_TEST_REDIS_URL"], decode_responses=True)
 
 
 def runs_key(job_id: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import os
 import time
 import uuid
@@ -14,13 +16,15 @@ from sqlalchemy import text
 
 from planq.domain.plans import Plan
 from planq.store import Database
+from planq.store.migrate import MIGRATIONS, upgrade
+from tests.resources import REDIS_BASE
 
 T = TypeVar("T")
 
 PG_ADMIN_DSN = os.environ.get(
     "PLANQ_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
-REDIS_URL = os.environ.get("PLANQ_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_URL = REDIS_BASE
 
 
 def _admin() -> psycopg.Connection[tuple[object, ...]]:
@@ -30,16 +34,81 @@ def _admin() -> psycopg.Connection[tuple[object, ...]]:
         pytest.fail(f"PostgreSQL is required at {PG_ADMIN_DSN} and does not answer: {exc}")
 
 
-def create_pg_database(prefix: str = "planq_t") -> str:
-    """Create an empty database and return its SQLAlchemy URL."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with _admin() as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+def _url(name: str) -> str:
     return (
         PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
         + "/"
         + name
     )
+
+
+def create_pg_database(prefix: str = "planq_t", template: str = "template1") -> str:
+    """Create a database (empty, or a copy of template) and return its SQLAlchemy URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with _admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return _url(name)
+
+
+TEMPLATE_PREFIX = "planq_tpl_"
+
+
+def _template_name() -> str:
+    """The template's name: the migrations' digest and today's date (UTC).
+
+    The date, because `upgrade` also lays out the job partitions ahead of today: a copy of
+    a template from another day would have another day's partitions.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(MIGRATIONS.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(MIGRATIONS).as_posix().encode())
+            digest.update(path.read_bytes())
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d")
+    return f"{TEMPLATE_PREFIX}{digest.hexdigest()[:12]}_{today}"
+
+
+def _ensure_template() -> str:
+    """A database at head to copy, built once for every xdist worker (an advisory lock).
+
+    It is migrated once and kept while the migrations and the day stay the same; an older
+    template is dropped when a new one is built.
+    """
+    name = _template_name()
+    with _admin() as conn:
+        conn.execute("SELECT pg_advisory_lock(hashtext('planq-test-template'))")
+        try:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if found.fetchone() is None:
+                building = f"{name}_building"
+                conn.execute(f'DROP DATABASE IF EXISTS "{building}" WITH (FORCE)')
+                conn.execute(f'CREATE DATABASE "{building}"')
+                upgrade(_url(building))
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                    (building,),
+                )
+                conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{name}"')
+                stale = conn.execute(
+                    "SELECT datname FROM pg_database WHERE datname LIKE %s AND datname <> %s",
+                    (TEMPLATE_PREFIX + "%", name),
+                ).fetchall()
+                for (old,) in stale:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{old}" WITH (FORCE)')
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(hashtext('planq-test-template'))")
+    return name
+
+
+_template: str | None = None
+
+
+def create_migrated_pg_database(prefix: str = "planq_t") -> str:
+    """A new database at the migrations' head, copied from the template (not migrated)."""
+    global _template
+    if _template is None:
+        _template = _ensure_template()
+    return create_pg_database(prefix, template=_template)
 
 
 def drop_pg_database(url: str) -> None:
@@ -85,7 +154,8 @@ def wait_for(
         time.sleep(interval)
 
 
-REDIS_TEST_URL = os.environ.get("PLANQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+#: This xdist worker's main test database (tests/resources.py sets it).
+REDIS_TEST_URL = os.environ["PLANQ_TEST_REDIS_URL"]
 
 
 def flush_redis(url: str = REDIS_TEST_URL) -> None:

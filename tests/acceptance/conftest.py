@@ -17,10 +17,10 @@ from tests.acceptance.flower_support import (
     FlowerServer,
     StartFlower,
     flower_args,
-    free_port,
 )
 from tests.celery_support import BeatProcess, CeleryProcess, WorkerProcess, make_app, worker_env
 from tests.executors_for_tests import REDIS
+from tests.resources import free_port
 from tests.support import wait_for
 
 EXEC = "tests.executors_for_tests"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -24,13 +23,6 @@ def flower_args(port: int) -> list[str]:
 def flower_command(port: int) -> list[str]:
     """The whole Flower command line this test runs."""
     return [sys.executable, "-m", "celery", "-A", "planq.worker_config", *flower_args(port)]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class FlowerServer:

@@ -26,7 +26,8 @@ from planq.domain.plans import Plan
 from planq.store import Database
 from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
-from tests.acceptance.test_metrics import free_port, samples
+from tests.acceptance.test_metrics import samples
+from tests.resources import free_port
 from tests.support import wait_for
 
 pytestmark = pytest.mark.processes

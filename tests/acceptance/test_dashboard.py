@@ -24,10 +24,10 @@ from planq.domain.runs import Fresh, ProgressKind
 from planq.store import Database
 from planq.store.runs_sql import SqlRunStoreProvider
 from planq.tasks.runtime import reset_runtime
-from tests.acceptance.flower_support import free_port
 from tests.acceptance.test_flower import PNG_SIGNATURE, chromium, headless
 from tests.api_support import TOKEN, seed_ledger
 from tests.celery_support import ROOT, WorkerProcess, make_app, worker_env
+from tests.resources import free_port
 from tests.runs_support import JOB
 from tests.support import wait_for
 

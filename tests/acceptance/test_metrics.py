@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from datetime import timedelta
 
 import pytest
@@ -16,15 +15,10 @@ from planq.domain.plans import PipelineState, Plan, PlanPhase, PlanStatus
 from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.celery_support import wait_for_status
+from tests.resources import free_port
 from tests.support import wait_for
 
 pytestmark = pytest.mark.processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def samples(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from planq.store import Database, sql_ledger
-from tests.acceptance.flower_support import free_port
+from tests.resources import free_port
 from tests.support import PG_ADMIN_DSN, REDIS_TEST_URL, drop_pg_database, flush_redis
 
 pytestmark = pytest.mark.processes

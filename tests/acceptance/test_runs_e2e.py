@@ -136,7 +136,7 @@ class BulkLedger:
 
 # Not the shared test DB 13: any worker on it (other tests' too) consumes planq.runs, and a
 # trigger taken by a worker of another test would scan that test's ledger instead.
-RUNS_REDIS_URL = os.environ.get("PLANQ_TEST_RUNS_REDIS_URL", "redis://127.0.0.1:6379/11")
+RUNS_REDIS_URL = os.environ["PLANQ_TEST_RUNS_REDIS_URL"]  # tests/resources.py
 
 
 @pytest.fixture

@@ -30,9 +30,9 @@ from planq.tasks.recoverable import request_cancel
 from planq.tasks.runtime import Runtime
 from planq.worker_config.celery_config import ALL_QUEUES
 from planq.worker_config.settings import load_settings
-from tests.acceptance.flower_support import free_port
 from tests.api_support import TOKEN, ApiServer, seed_ledger
 from tests.celery_support import FAST, ROOT, embedded_runtime, make_app
+from tests.resources import free_port
 from tests.runs_support import JOB
 from tests.support import wait_for
 

@@ -80,6 +80,7 @@ def test_delay_runs_the_phase_and_moves_the_plan(app: Celery, runtime: Runtime) 
 @pytest.mark.parametrize(
     ("plan_id", "error"),
     [("not-a-ulid", InvalidIdError), (new_id(), PlanNotFoundError), (None, InvalidIdError)],
+    ids=["not-a-ulid", "unknown-plan", "none"],  # a fixed name: each xdist worker collects alike
 )
 def test_bad_producer_calls_raise_typed_errors_and_write_nothing(
     app: Celery, plan_id: Any, error: type[Exception]

@@ -36,6 +36,7 @@ from planq.store.migrate import upgrade
 from planq.store.models import RecoverableRunModel
 from planq.store.runs_sql import SqlRunStoreProvider
 from planq.tasks.trigger_slot import slot_key
+from tests.resources import free_port
 from tests.support import REDIS_TEST_URL, flush_redis, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -980,7 +981,7 @@ def test_user_errors_in_a_real_process_are_one_line(
 
 #: A Redis database of its own: a worker process on the shared test database would take other
 #: tests' messages (and theirs would take this test's) whenever test runs overlap.
-WORKER_REDIS_URL = os.environ.get("PLANQ_TEST_CLI_REDIS_URL", "redis://127.0.0.1:6379/10")
+WORKER_REDIS_URL = os.environ["PLANQ_TEST_CLI_REDIS_URL"]  # tests/resources.py
 
 
 @pytest.mark.processes
@@ -1042,11 +1043,7 @@ def _status(url: str, auth: tuple[str, str] | None = None) -> int | None:
 
 @pytest.mark.processes
 def test_planq_flower_asks_for_the_basic_auth_it_was_given(tmp_path: Path) -> None:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = _process_env(
         PLANQ_DATABASE_URL=f"sqlite:///{tmp_path / 'f.db'}", PLANQ_BROKER_URL=REDIS_TEST_URL
     )

@@ -9,6 +9,7 @@ which Celery waits for without a bound.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,12 +24,12 @@ from planq.domain.plans import Plan
 from planq.tasks.embedded import EmbeddedWorker
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import make_app, wait_for_status
-from tests.support import REDIS_URL, flush_redis, wait_for
+from tests.support import flush_redis, wait_for
 
 EXEC = "tests.executors_for_tests"
 STRATEGIZE = "planq.strategize_plan"
 #: A second broker database, so two in-process workers never take each other's messages.
-OTHER_REDIS_URL = f"{REDIS_URL}/12"
+OTHER_REDIS_URL = os.environ["PLANQ_TEST_OTHER_REDIS_URL"]  # tests/resources.py
 
 
 @pytest.fixture

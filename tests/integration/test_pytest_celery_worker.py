@@ -33,7 +33,7 @@ from tests.celery_support import FAST, wait_for_status
 from tests.support import create_pg_database, drop_pg_database, flush_redis
 
 #: Not the shared DB 13: this worker consumes planq's queues until the session ends.
-BROKER_URL = os.environ.get("PLANQ_TEST_PYTEST_CELERY_REDIS_URL", "redis://127.0.0.1:6379/2")
+BROKER_URL = os.environ["PLANQ_TEST_PYTEST_CELERY_REDIS_URL"]  # tests/resources.py
 STRATEGIZE = "planq.strategize_plan"
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]

@@ -175,7 +175,11 @@ def test_get_times_out_on_a_slow_job(planq: Started) -> None:
         wait_for_status(rt.jobs, result.id, AsyncJobStatus.cancelled)
 
 
-@pytest.mark.parametrize("task_id", [new_id(), "not-a-job-id", "celery-uuid-like-1234"])
+@pytest.mark.parametrize(
+    "task_id",
+    [new_id(), "not-a-job-id", "celery-uuid-like-1234"],
+    ids=["unknown-ulid", "not-a-job-id", "celery-uuid-like-1234"],  # alike on every xdist worker
+)
 def test_an_unknown_id_is_pending_as_in_celery(planq: Started, task_id: str) -> None:
     with planq(start=False) as (app, _):
         result = app.AsyncResult(task_id)
