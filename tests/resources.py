@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import itertools
 import os
+import signal
 import socket
 import sys
 import threading
@@ -63,6 +64,27 @@ def _is_xdist_controller() -> bool:
     return any(w == "-n" or w.startswith(("-n", "--numprocesses", "--dist")) for w in words)
 
 
+#: Marks every process started under a slot (not PLANQ_*: some tests strip those).
+ORPHAN_MARK = "PYTEST_PLANQ_SLOT"
+
+
+def _end_orphans(slot: int) -> None:
+    """Kill what a dead holder of slot left running (its `celery worker`s, its Flower).
+
+    The slot's lock was free, so its last holder is gone; a process that still carries its
+    mark would consume this slot's queues beside the new holder's own workers.
+    """
+    mark = f"{ORPHAN_MARK}={slot}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark in (entry / "environ").read_bytes().split(b"\0"):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):  # gone already, or not ours to read
+            continue
+
+
 def _acquire_slot() -> int:
     """Hold the first free slot's lock, waiting while every slot is held."""
     SLOT_LOCKS.mkdir(parents=True, exist_ok=True)
@@ -76,6 +98,7 @@ def _acquire_slot() -> int:
                 os.close(fd)
                 continue
             _held.append(fd)
+            _end_orphans(slot)
             return slot
         if time.monotonic() > deadline:
             raise RuntimeError(
@@ -103,6 +126,7 @@ def worker_slot() -> int:
     slot = _acquire_slot()
     os.environ["PLANQ_TEST_SLOT"] = str(slot)
     os.environ["PLANQ_TEST_SLOT_OWNER"] = me
+    os.environ[ORPHAN_MARK] = str(slot)
     for variable in _PURPOSES:  # this slot's own URLs, never those inherited from another
         os.environ[variable] = _redis_url(slot, variable)
     return slot
