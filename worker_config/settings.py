@@ -88,7 +88,13 @@ class PlanqSettings(BaseSettings):
     #: not their delivery), at the cost of a second broker publish per delay().
     task_sent_events: bool = False
     #: Boot sweep: another node's active run silent this long is presumed dead (>= 2 checkpoints).
-    run_stale_after: float = _seconds(300.0, ge=60)
+    #: Default 300 s; floor 5 s (tests lower it). At the floor every interval derived from it
+    #: still holds: the run heartbeat every stale_after / 6 (0.83 s), the stale sweep's beat
+    #: entry every stale_after / 2 (2.5 s), its allowed gap 0.75 x stale_after (3.75 s), and
+    #: gap + heartbeat < stale_after (domain/availability.py); below 4 s the gap's 1 s
+    #: lateness floor takes over, and at 3 s gap + heartbeat reach stale_after. Heartbeats
+    #: carry the worker's clock: across hosts keep this far above their clock skew.
+    run_stale_after: float = _seconds(300.0, ge=5)
     #: Beat interval of the ledger_consistency scan; 0 = no beat entry (trigger it by hand).
     ledger_consistency_interval: float = _seconds(0.0, ge=0)
     #: `planq api`: bearer token for the admin API; unset = no auth, bound to loopback only.

@@ -27,7 +27,8 @@ logger = logging.getLogger("planq.runs.heartbeat")
 
 #: Stamps the runs held under these leases (run id -> epoch); returns the ids still held.
 Beat = Callable[[Mapping[str, int]], set[str]]
-#: The interval when none is given: well under the 60 s floor of PLANQ_RUN_STALE_AFTER.
+#: The interval when none is given: interval_for(300), PLANQ_RUN_STALE_AFTER's default (its
+#: 5 s floor beats every 0.83 s).
 DEFAULT_INTERVAL = 10.0
 
 

@@ -4,12 +4,15 @@ A frozen worker's run is swept and resumed elsewhere; after it thaws, it stops.
 
 Two real `celery -A worker_config worker` prefork processes, A and B, on Redis and a
 throw-away PostgreSQL ledger, with the smallest stale bound planq accepts
-(PLANQ_RUN_STALE_AFTER=60). The scan checkpoints only every ~77 s, longer than that bound:
+(PLANQ_RUN_STALE_AFTER=5: a heartbeat every 0.83 s). The scan checkpoints only every ~10 s,
+longer than that bound:
 
-1. A runs ledger_consistency; 61 s after its start (no checkpoint yet) the stale sweep
-   spares it: its heartbeat is fresh.
+1. A runs ledger_consistency; 6 s after its start (no checkpoint yet) the stale sweep
+   spares it: its heartbeat is fresh. The sweep runs every 0.5 s meanwhile (beat's pace is
+   2.5 s) and spares it each time, B's boot sweep too; the last one found the ledger
+   available for the whole bound, so nothing but the heartbeat held it off.
 2. Right after A's first checkpoint, A's whole process group is stopped (SIGSTOP). Once its
-   heartbeat is older than 60 s, the real sweep task on B pauses the run; a trigger on B
+   heartbeat is older than 5 s, the real sweep task on B pauses the run; a trigger on B
    resumes it from A's checkpoint.
 3. A is continued (SIGCONT) while B scans. A's next touch of the run is refused: it stops
    and writes nothing. B completes with every row counted once and every finding once.
@@ -25,17 +28,22 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
 from celery.utils.nodenames import gethostname
+from sqlalchemy import select
 
+from planq.domain.availability import RUN_SWEEP
 from planq.domain.clock import utcnow
 from planq.domain.runs import RunStatus
 from planq.domain.runs.checks import SWEEP_ERROR
 from planq.store.migrate import upgrade
+from planq.store.models import LedgerAvailabilityModel as Availability
 from planq.tasks.recoverable import STALE_SWEEP_TASK, boot_recovery_sweep
 from planq.tasks.runtime import reset_runtime, runtime_for
 from planq.worker_config.celery_config import ALL_QUEUES
@@ -47,17 +55,19 @@ from tests.support import create_pg_database, drop_pg_database, flush_redis, wai
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis]
 
 TASK = f"planq.runs.{JOB}"
-STALE = 60.0  # PLANQ_RUN_STALE_AFTER: the floor settings accept
+STALE = 5.0  # PLANQ_RUN_STALE_AFTER: the floor settings accept
 PLANS = 600  # x 3 jobs, plus 6 x 13 bad and tricky rows: ~1,900 rows
 BATCH = 50
-#: 12 batches of 50 rows 7 s apart per checkpoint: one every 77 s
+#: 12 batches of 50 rows 0.8 s apart per checkpoint: one every ~10 s, twice STALE
 A_PACE = {
     "batch_size": BATCH,
     "checkpoint_rows": 600,
     "checkpoint_seconds": 3600,
-    "batch_delay": 7.0,
+    "batch_delay": 0.8,
 }
-B_PACE = {"batch_delay": 0.3, "checkpoint_rows": 200}
+SWEEP_EVERY = 0.5  # the test's stale sweeps while A is live (beat's entry: STALE / 2)
+#: B keeps the run's stored batch_size (50): ~26 batches, 0.1 s apart, past A's checkpoint
+B_PACE = {"batch_delay": 0.1, "checkpoint_rows": 200}
 ONLY_B = "planq.test.fence-b"
 RUNS_REDIS_URL = os.environ.get("PLANQ_TEST_RUNS_REDIS_URL", "redis://127.0.0.1:6379/11")
 
@@ -89,6 +99,19 @@ def producer(ledger_url: str) -> Iterator[Celery]:
     reset_runtime(app)
 
 
+def sweep_armed(producer: Celery) -> bool:
+    """Whether the last run sweep found the ledger available for STALE: it pauses silent runs."""
+    with runtime_for(producer).db.session() as s:
+        row = s.execute(
+            select(Availability.last_seen_at, Availability.available_since).where(
+                Availability.sweep == RUN_SWEEP
+            )
+        ).one()
+    assert row.last_seen_at is not None
+    since, seen = row.available_since, row.last_seen_at
+    return since is None or since <= seen - timedelta(seconds=STALE)
+
+
 def _log_text(worker: WorkerProcess) -> str:
     assert worker.log_path is not None
     return worker.log_path.read_text(errors="replace") if worker.log_path.exists() else ""
@@ -112,25 +135,35 @@ def test_a_frozen_worker_loses_its_run_and_writes_nothing_after_it_thaws(
         # 1. A scans; no checkpoint for longer than the stale bound, yet it is never swept.
         producer.tasks[TASK].delay({k: str(v) for k, v in A_PACE.items()})
         opened = wait_run(rt, "A to open the run", lambda r: r.owner == node_a, timeout=60)
+        # B boots meanwhile: its boot sweep (owner B, stale 5 s) spares A's run too
         b = WorkerProcess(env, "fence-b", queues=[*ALL_QUEUES, ONLY_B], log_path=tmp_path / "b.log")
-        b.wait_ready(producer)  # its boot sweep (owner B, stale 60 s) spares A's run
+        swept_meanwhile: list[tuple[str, ...]] = []
+
+        def silent_and_spared() -> bool:
+            silent = (utcnow() - opened.last_progress_at).total_seconds()
+            result = boot_recovery_sweep(producer, owner=None, stale_after=STALE)  # beat's task
+            swept_meanwhile.append(result.run_ids)
+            return silent > STALE + 1 and sweep_armed(producer)
+
         wait_for(
-            lambda: (utcnow() - opened.last_progress_at).total_seconds() > STALE + 1,
+            silent_and_spared,
             timeout=STALE + 30,
-            interval=0.5,
-            what="A's run to be silent by its checkpoints for longer than stale_after",
+            interval=SWEEP_EVERY,
+            what="a sweep, on a ledger available for stale_after, of A's run silent for longer",
         )
-        spared = boot_recovery_sweep(producer, owner=None, stale_after=STALE)  # the beat task
         live = newest(rt)
-        assert spared == 0 and live is not None, spared
+        assert not any(swept_meanwhile) and live is not None, swept_meanwhile
         assert live.status is RunStatus.Running and live.owner == node_a and live.heartbeat_at
+        assert live.lease_epoch == opened.lease_epoch  # never swept
         assert live.scanned_count == 0  # no checkpoint yet: only the heartbeat kept it alive
         silent_by_progress = (utcnow() - live.last_progress_at).total_seconds()
         heartbeat_age = (utcnow() - live.heartbeat_at).total_seconds()
         assert silent_by_progress > STALE and heartbeat_age < STALE / 3
 
         # 2. Freeze A right after its first checkpoint; B's sweep takes the run from it.
-        first = wait_run(rt, "A's first checkpoint", lambda r: r.scanned_count > 0, timeout=90)
+        b.wait_ready(producer)
+        first = wait_run(rt, "A's first checkpoint", lambda r: r.scanned_count > 0, timeout=60)
+        assert first.owner == node_a and first.lease_epoch == opened.lease_epoch  # B spared it
         os.killpg(a.pid, signal.SIGSTOP)
         stopped, stopped_at = True, time.monotonic()
         a_checkpoint = newest(rt)
@@ -143,7 +176,7 @@ def test_a_frozen_worker_loses_its_run_and_writes_nothing_after_it_thaws(
             run = wait_run(rt, "the sweep on B", lambda r: True)
             return run if run.status is RunStatus.Paused else None
 
-        paused = wait_for(swept, timeout=STALE + 60, interval=2.0, what="B to sweep A's run")
+        paused = wait_for(swept, timeout=STALE + 60, interval=1.0, what="B to sweep A's run")
         stale_s = time.monotonic() - stopped_at
         assert paused.error_message == SWEEP_ERROR and paused.lease_epoch == first.lease_epoch + 1
         assert paused.cursor_hex == a_checkpoint.cursor_hex  # nothing lost, nothing advanced
@@ -194,6 +227,7 @@ def test_a_frozen_worker_loses_its_run_and_writes_nothing_after_it_thaws(
             "stale_after_s": STALE,
             "a_silent_by_checkpoints_at_spared_sweep_s": round(silent_by_progress, 1),
             "a_heartbeat_age_at_spared_sweep_s": round(heartbeat_age, 1),
+            "sweeps_that_spared_a": len(swept_meanwhile),
             "a_checkpoint_rows": a_checkpoint.scanned_count,
             "a_findings_at_stop": a_found,
             "stop_to_sweep_s": round(stale_s, 1),
@@ -207,6 +241,6 @@ def test_a_frozen_worker_loses_its_run_and_writes_nothing_after_it_thaws(
     finally:
         if stopped:
             os.killpg(a.pid, signal.SIGCONT)
-        a.close()
-        if b is not None:
-            b.close()
+        workers = [w for w in (a, b) if w is not None]
+        with ThreadPoolExecutor(len(workers)) as pool:  # both warm shutdowns at once
+            list(pool.map(WorkerProcess.close, workers))

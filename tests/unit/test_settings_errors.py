@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from planq.domain.availability import STALE_SWEEPS_PER_WINDOW, stale_sweep_gap
 from planq.domain.config import MAX_DURATION, AsyncWorkerConfig
 from planq.domain.errors import ConfigurationError
+from planq.domain.outage import retry_period
+from planq.domain.runs.heartbeat import interval_for
 from planq.worker_config import settings as settings_module
 from planq.worker_config.settings import load_settings
 
@@ -111,8 +114,8 @@ def error_for(monkeypatch: pytest.MonkeyPatch, **env: str) -> str:
             "PLANQ_TASK_SENT_EVENTS=maybe: must be true or false",
         ),
         (
-            {"PLANQ_RUN_STALE_AFTER": "5"},
-            "PLANQ_RUN_STALE_AFTER=5: must be a finite number of seconds at least 60 "
+            {"PLANQ_RUN_STALE_AFTER": "4.9"},
+            "PLANQ_RUN_STALE_AFTER=4.9: must be a finite number of seconds at least 5 "
             "and at most 315360000 (ten years)",
         ),
         (
@@ -188,6 +191,21 @@ def test_valid_values_load(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.executors == {"execute": "mypkg.jobs:execute", "apply": "noop"}
     assert settings.redaction_patterns == ["token=\\S+"]
     assert settings.max_workers == 1024
+
+
+def test_the_stale_run_bound_keeps_its_default_and_its_floor_keeps_the_heartbeat_meaningful(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings().run_stale_after == 300.0
+    monkeypatch.setenv("PLANQ_RUN_STALE_AFTER", "5")
+    floor = load_settings().run_stale_after
+    assert floor == 5.0
+    beat, sweep_every = interval_for(floor), floor / STALE_SWEEPS_PER_WINDOW
+    assert beat == pytest.approx(floor / 6) and retry_period(beat) == beat
+    gap = stale_sweep_gap(floor)
+    assert gap == pytest.approx(0.75 * floor) and gap > sweep_every
+    # a run outage the sweep cannot see (shorter than its gap) leaves a beat to renew
+    assert gap + beat < floor
 
 
 @pytest.mark.parametrize(
