@@ -2,24 +2,30 @@
 
 The ledger database refuses connections (`ALLOW_CONNECTIONS false`) and every backend on it
 is terminated; the server itself keeps running, so its start time says nothing. Two real
-`celery worker` processes run 200 short jobs with job_timeout 10 s; a beat sends the stuck
-sweep every second to a third worker that serves only the maintenance queue, so a sweep runs
-the moment the ledger is back (as on a fleet with an idle node). After the outage:
+`celery worker` processes run 100 short jobs with job_timeout 4 s (heartbeat 1 s); a beat
+sends the stuck sweep every second to a third worker that serves only the maintenance queue,
+so a sweep runs the moment the ledger is back (as on a fleet with an idle node). The outage
+(10 s by default) is longer than job_timeout: every heartbeat in flight goes stale during
+it, which is the point. After the outage:
 
 - no job is lost and none runs twice: the stuck sweep holds off until the holders had a
   job_timeout of ledger availability to renew (domain/availability.py), and each holder's
   heartbeat renews within a second of the ledger's return;
 - each worker process logs a handful of planq lines for the whole outage (one warning at
-  its start, a reminder every 30 s, one line on recovery), with no SQL and no parameters.
+  its start, one line on recovery; a reminder every 30 s, `domain.outage.REMINDER_EVERY`,
+  for an outage longer than that), with no SQL and no parameters.
 
-PLANQ_TEST_OUTAGE_SECONDS sets the outage's length (30 s by default; the 20-in-a-row record
-in docs/reliability.md ran it at 30 and 60 s).
+PLANQ_TEST_OUTAGE_SECONDS sets the outage's length (10 s by default; the 20-in-a-row record
+in docs/reliability.md ran it at 30 and 60 s, with job_timeout 10 s, heartbeat 3 s and 200
+jobs then; at 60 s the reminders show, 3 or 4 lines per process). The reminder's own timing
+is tested in tests/unit/test_outage.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -36,16 +42,18 @@ from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime
 from planq.worker_config.celery_config import MAINTENANCE_QUEUE
 from tests.acceptance.conftest import StartBeat, StartWorker
+from tests.celery_support import CeleryProcess
 from tests.executors_for_tests import REDIS, runs_key
 from tests.support import PG_ADMIN_DSN, record_reliability, wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis, pytest.mark.heavy]
 
-JOBS = 200
-OUTAGE_S = float(os.environ.get("PLANQ_TEST_OUTAGE_SECONDS", "30"))
+JOBS = 100
+JOB_TIMEOUT = 4.0
+OUTAGE_S = float(os.environ.get("PLANQ_TEST_OUTAGE_SECONDS", "10"))
 SETTINGS = {
-    "job_timeout": 10.0,
-    "heartbeat_interval": 3.0,
+    "job_timeout": JOB_TIMEOUT,
+    "heartbeat_interval": 1.0,
     "max_attempts": 2,  # an expired job is retried: a second run would show
     "test_seconds": 0.3,
     # The default grace: a relay re-publish of rows queued through the outage would only add
@@ -55,8 +63,8 @@ SETTINGS = {
 #: Celery's own line for each task received or done (the work, not the outage).
 TASK_LINE = re.compile(r"\] Task \S+\[[^]]+\] (received|succeeded)")
 PROCESS = re.compile(r"^\[[^]]*: \w+/([\w-]+)\]")
-#: Lines a process may log over a 30-60 s outage: a warning, a reminder or two, a recovery
-#: and a few job lines fit; a traceback per beat (the old flood) does not.
+#: Lines a process may log over a 10-60 s outage: a warning, a reminder or two, a recovery
+#: and a few job lines fit; a traceback per beat (the old flood: one a second) does not.
 MAX_LINES_PER_PROCESS = 10
 
 
@@ -113,6 +121,20 @@ def outage_window(logs: list[Path], offsets: list[int]) -> list[list[str]] | Non
     return chunks if met and not any(met.values()) else None
 
 
+def stop_together(processes: list[CeleryProcess], timeout: float = 20.0) -> None:
+    """Warm-shut every process down at once (SIGTERM to all, then wait), not one by one.
+
+    The fixtures' teardown stops each in turn; whatever is still up after timeout is left to
+    it (it kills what hangs).
+    """
+    for process in processes:
+        if process.proc.poll() is None:
+            process.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.proc.poll() is None for p in processes):
+        time.sleep(0.05)
+
+
 def test_no_restart_outage_longer_than_job_timeout(
     producer: Celery,
     runtime: Runtime,
@@ -120,14 +142,20 @@ def test_no_restart_outage_longer_than_job_timeout(
     start_worker: StartWorker,
     start_beat: StartBeat,
 ) -> None:
-    workers = [start_worker(name, **SETTINGS) for name in ("w1", "w2")]
-    workers.append(start_worker("sweeper", concurrency=1, queues=[MAINTENANCE_QUEUE], **SETTINGS))
-    start_beat(**SETTINGS)
+    assert 2 * JOB_TIMEOUT < OUTAGE_S, "the outage must outlast job_timeout (twice)"
+    # started together, then awaited: one start-up's wait, not three in a row
+    workers = [start_worker(name, wait=False, **SETTINGS) for name in ("w1", "w2")]
+    workers.append(
+        start_worker("sweeper", concurrency=1, queues=[MAINTENANCE_QUEUE], wait=False, **SETTINGS)
+    )
+    beat = start_beat(**SETTINGS)
+    for worker in workers:
+        worker.wait_ready(producer)
     t0 = time.monotonic()
     ids = queue_jobs(producer, runtime, JOBS)
     wait_for(
         lambda: (
-            runtime.jobs.count(AsyncJobStatus.succeeded) >= 40
+            runtime.jobs.count(AsyncJobStatus.succeeded) >= JOBS // 5
             and runtime.jobs.count(AsyncJobStatus.running) >= 2
         ),
         timeout=120,
@@ -175,10 +203,11 @@ def test_no_restart_outage_longer_than_job_timeout(
     )
     assert max(per_process.values()) < MAX_LINES_PER_PROCESS, per_process
     record_reliability(
-        f"no-restart outage of {OUTAGE_S:.0f}s at job_timeout 10 s, 2 workers",
+        f"no-restart outage of {OUTAGE_S:.0f}s at job_timeout {JOB_TIMEOUT:.0f} s, 2 workers",
         JOBS,
         lost,
         ran_twice,
         recovered,
     )
     print(f"log lines per process over the outage: {dict(per_process)}")
+    stop_together([*workers, beat])
