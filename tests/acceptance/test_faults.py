@@ -1,6 +1,11 @@
 """Real faults against real processes: each test is bounded and asserts the ledger at the end.
 
 Results go to $PLANQ_RELIABILITY_LOG when set (docs/reliability.md is written from it).
+
+Time here is the settings' (job_timeout 3 s, heartbeat 0.3 s, a stuck sweep and a relay
+every second from the beat): every wait polls with a deadline, processes a test needs
+together start together, and every process a test started is warm-shut-down at once at
+its end (`stop_together`), not one after the other.
 """
 
 from __future__ import annotations
@@ -9,6 +14,8 @@ import os
 import random
 import signal
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -17,12 +24,71 @@ from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import StartBeat, StartWorker
-from tests.celery_support import wait_for_status
+from tests.celery_support import CeleryProcess, WorkerProcess, wait_for_status
 from tests.executors_for_tests import REDIS, runs_key
 from tests.support import record_reliability, restart_postgres, restart_redis, wait_for
 
 pytestmark = pytest.mark.processes
 RETRYING = {"max_attempts": 2, "job_timeout": 3.0, "heartbeat_interval": 0.3}
+#: A warm shutdown of an idle worker takes a second or two; one that takes longer than this
+#: is killed (the test's checks are done by then; the fixtures' own stop would wait 15 s).
+WARM_STOP_S = 10.0
+
+
+def stop_together(processes: list[CeleryProcess], timeout: float = WARM_STOP_S) -> None:
+    """SIGTERM every process still up at once, wait for them all, kill what is left."""
+    running = [p for p in processes if p.proc.poll() is None]
+    for process in running:
+        process.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.proc.poll() is None for p in running):
+        time.sleep(0.05)
+    for process in running:
+        if process.proc.poll() is None:
+            print(f"{process.name}: no warm shutdown within {timeout:.0f}s; killed")
+            process.kill()
+
+
+@pytest.fixture
+def started() -> list[CeleryProcess]:
+    """Every worker and beat this module's tests started, in order."""
+    return []
+
+
+@pytest.fixture
+def start_worker(start_worker: StartWorker, started: list[CeleryProcess]) -> Iterator[StartWorker]:
+    """The acceptance fixture's, and at the end the test's processes stop together."""
+
+    def start(*args: Any, **kwargs: Any) -> WorkerProcess:
+        worker = start_worker(*args, **kwargs)
+        started.append(worker)
+        return worker
+
+    yield start
+    stop_together(started)
+
+
+@pytest.fixture
+def start_beat(start_beat: StartBeat, started: list[CeleryProcess]) -> Iterator[StartBeat]:
+    """The acceptance fixture's, and at the end the test's processes stop together."""
+
+    def start(*args: Any, **kwargs: Any) -> Any:
+        beat = start_beat(*args, **kwargs)
+        started.append(beat)
+        return beat
+
+    yield start
+    stop_together(started)
+
+
+def start_workers(
+    start_worker: StartWorker, producer: Celery, *names: str, **settings: Any
+) -> list[WorkerProcess]:
+    """Workers started at once, then awaited: one start-up's wait, not one per worker."""
+    workers = [start_worker(name, wait=False, **settings) for name in names]
+    for worker in workers:
+        worker.wait_ready(producer)
+    return workers
 
 
 def queue_jobs(producer: Celery, rt: Runtime, n: int) -> list[str]:
@@ -59,8 +125,11 @@ def running_checkpointed(rt: Runtime, job_id: str) -> AsyncJob:
 def test_kill_9_of_a_prefork_child_mid_job(
     producer: Celery, runtime: Runtime, start_worker: StartWorker, start_beat: StartBeat
 ) -> None:
-    worker = start_worker("w1", test_seconds=4.0, **RETRYING)
+    # 2.5 s: the kill lands between the first checkpoint (0.25 s) and the job's end, and
+    # the retry on the same worker runs what is left of it from the checkpoint.
+    worker = start_worker("w1", test_seconds=2.5, wait=False, **RETRYING)
     start_beat(**RETRYING)
+    worker.wait_ready(producer)
     [job_id] = queue_jobs(producer, runtime, 1)
     running_checkpointed(runtime, job_id)
     child = int(next(iter(REDIS.smembers("planq-test:pids"))))
@@ -90,8 +159,9 @@ def test_kill_9_of_a_whole_worker_completes_on_another(
     # start-up outlasted the job's 4 s and w1 finished the job (succeeded, never failed).
     killed_at = time.monotonic()
     w1.kill()
-    w2 = start_worker("w2", test_seconds=1.0, **RETRYING)
-    beat = start_beat(**RETRYING)
+    w2 = start_worker("w2", test_seconds=1.0, wait=False, **RETRYING)
+    beat = start_beat(**RETRYING)  # starts while w2 does; its sweeps wait in the queue for w2
+    w2.wait_ready(producer)
     # Polled: the margin is for a loaded machine (CI's), where the sweep can run late. If it
     # does not come, the job row, the ledger's sightings and the logs say why.
     try:
@@ -116,7 +186,11 @@ def test_kill_9_of_a_whole_worker_completes_on_another(
     record_reliability("kill -9 of a whole worker", 1, 0, 0, recovered)
 
 
-@pytest.mark.parametrize("how", ["flushed", "restarted"])
+@pytest.mark.parametrize(
+    "how",
+    # a restart cuts every connection to the machine's Redis: it runs in the serial group
+    ["flushed", pytest.param("restarted", marks=pytest.mark.serial)],
+)
 def test_redis_loses_every_queued_message(
     how: str,
     producer: Celery,
@@ -130,8 +204,9 @@ def test_redis_loses_every_queued_message(
         REDIS.flushdb()
     else:
         restart_redis()
-    start_worker("w1", dispatch_grace=2.0)
+    worker = start_worker("w1", dispatch_grace=2.0, test_seconds=0.1, wait=False)
     start_beat(dispatch_grace=2.0)
+    worker.wait_ready(producer)
     wait_for(lambda: all_terminal(runtime), timeout=90, what="every job to end")
     recovered = time.monotonic() - t0
     statuses = {runtime.jobs.get(i).status for i in ids}  # type: ignore[union-attr]
@@ -140,11 +215,13 @@ def test_redis_loses_every_queued_message(
     record_reliability(f"Redis {how} with 20 jobs queued", 20, 0, 0, recovered)
 
 
+@pytest.mark.serial  # a restart cuts every connection to the machine's PostgreSQL
 def test_postgres_restarted_while_jobs_run(
     producer: Celery, runtime: Runtime, start_worker: StartWorker, start_beat: StartBeat
 ) -> None:
-    start_worker("w1", test_seconds=3.0, concurrency=2)
+    worker = start_worker("w1", test_seconds=3.0, concurrency=2, wait=False)
     start_beat()
+    worker.wait_ready(producer)
     ids = queue_jobs(producer, runtime, 4)
     running_checkpointed(runtime, ids[0])
     t0 = time.monotonic()
@@ -161,8 +238,7 @@ def test_postgres_restarted_while_jobs_run(
 def test_two_workers_receive_the_same_job(
     producer: Celery, runtime: Runtime, start_worker: StartWorker
 ) -> None:
-    start_worker("w1", test_seconds=1.0)
-    start_worker("w2", test_seconds=1.0)
+    start_workers(start_worker, producer, "w1", "w2", test_seconds=0.5)
     plan = Plan.with_steps(["x"])
     runtime.plans.add(plan)
     job = runtime.lifecycle.strategize_plan(plan.plan_id).job
@@ -180,11 +256,12 @@ def test_two_workers_receive_the_same_job(
 def test_200_jobs_random_cancels_and_a_worker_killed(
     producer: Celery, runtime: Runtime, start_worker: StartWorker, start_beat: StartBeat
 ) -> None:
-    settings = {**RETRYING, "test_seconds": 0.3}
-    w1 = start_worker("w1", **settings)
-    start_worker("w2", **settings)
+    settings = {**RETRYING, "test_seconds": 0.1}
+    w1, w2 = [start_worker(name, wait=False, **settings) for name in ("w1", "w2")]
     start_beat("beat1", **RETRYING)
     start_beat("beat2", **RETRYING)  # two beats at once: maintenance must stay idempotent
+    for worker in (w1, w2):
+        worker.wait_ready(producer)
     t0 = time.monotonic()
     ids = queue_jobs(producer, runtime, 200)
     rng = random.Random(7)
