@@ -289,7 +289,8 @@ def run_demo() -> int:
         console.width = PLAIN_WIDTH
     _quiet_logs()
     tmp = Path(tempfile.mkdtemp(prefix="planq-demo-"))
-    console.print(f"ledger: sqlite:///{tmp / 'planq.db'}   broker: memory://")
+    # soft_wrap: a path stays one line, to copy (rich would break it at the width)
+    console.print(f"ledger: sqlite:///{tmp / 'planq.db'}   broker: memory://", soft_wrap=True)
     app: Celery | None = None
     embedded: EmbeddedWorker | None = None
     beat: EmbeddedBeat | None = None
@@ -337,7 +338,10 @@ def run_demo() -> int:
         except KeyboardInterrupt:  # a second Ctrl-C: leave the daemon threads behind
             console.print("[yellow]interrupted during shutdown[/yellow]")
             code = 130
-    console.print(f"done in {time.monotonic() - began:.1f}s; ledger kept at {tmp / 'planq.db'}")
+    console.print(
+        f"done in {time.monotonic() - began:.1f}s; ledger kept at {tmp / 'planq.db'}",
+        soft_wrap=True,
+    )
     return code
 
 
