@@ -25,6 +25,28 @@ from tests.support import (
     flush_redis,
 )
 
+#: Markers of the modules that start processes: the long ones, scheduled first.
+LONG_MODULE_MARKERS = ("processes", "heavy")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that start worker processes first, each module's tests kept together in order.
+
+    Under `--dist loadfile` xdist hands modules out in collection order: a 40 s module
+    handed out last would run alone at the end while the other workers sit idle (the
+    longest-first rule of scheduling). The order is the same in every xdist worker.
+    """
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    long: dict[str, bool] = {}
+    for item in items:
+        marked = any(item.get_closest_marker(name) for name in LONG_MODULE_MARKERS)
+        long[module(item)] = long.get(module(item), False) or marked
+    rank = {name: i for i, name in enumerate(long)}
+    items.sort(key=lambda item: (not long[module(item)], rank[module(item)]))
+
 
 @pytest.fixture(autouse=True)
 def fresh_outage_monitor() -> None:

@@ -3,7 +3,7 @@
 The serial group (`-m serial`) restarts the machine's shared Redis or PostgreSQL, which
 would cut every other worker's connections: it runs after the parallel group, with nothing
 beside it. Everything else runs spread over `--workers` xdist workers, each on resources of
-its own (tests/resources.py). At the end: the 15 slowest tests of both groups, the time
+its own (tests/resources.py). At the end: the 15 slowest tests and files of both groups, the time
 each group took, and one closing line with the totals.
 
     python tests/suite.py                      # both groups
@@ -99,6 +99,13 @@ def main() -> int:
     print(f"\nsuite: the {SLOWEST} slowest tests (setup + call + teardown)")
     for seconds, name in slowest:
         print(f"{seconds:8.2f}s  {name}")
+    files: dict[str, float] = {}
+    for seconds, name in (d for o in outcomes for d in o.durations):
+        module = name.split("::", 1)[0]
+        files[module] = files.get(module, 0.0) + seconds
+    print(f"\nsuite: the {SLOWEST} costliest files (their tests' time, summed)")
+    for module, seconds in sorted(files.items(), key=lambda f: f[1], reverse=True)[:SLOWEST]:
+        print(f"{seconds:8.2f}s  {module}")
     passed = sum(o.passed for o in outcomes)
     failed = sum(o.failed + o.errors for o in outcomes)
     skipped = sum(o.skipped for o in outcomes)
