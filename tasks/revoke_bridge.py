@@ -89,8 +89,18 @@ def record(runtime: Runtime, job_id: str, held: bool) -> None:
         metrics.cancel_requested(CancelOutcome.cancelled.value)
 
 
-def bridge_revoke(state: Any, job_ids: list[str], recorded: str | None = None) -> None:
-    """Record each cancel once in the fleet (unless the requester did), then wake the holder."""
+def bridge_revoke(
+    state: Any,
+    job_ids: list[str],
+    recorded: str | None = None,
+    terminating: frozenset[str] = frozenset(),
+) -> None:
+    """Record each cancel once in the fleet (unless the requester did), then wake the holder.
+
+    A job in `terminating` is not woken: its child is about to be terminated and this node
+    ends its row. A poked child would race the signal to end the row itself, and a child
+    killed between its finish and its count leaves the cancel uncounted.
+    """
     runtime = runtime_for(state.app)
     for job_id in job_ids:
         held = holds(runtime, job_id)
@@ -102,7 +112,7 @@ def bridge_revoke(state: Any, job_ids: list[str], recorded: str | None = None) -
                 continue
         elif held:
             metrics.cancel_requested(recorded)  # written by the requester, counted here
-        if held:
+        if held and job_id not in terminating:
             wake(runtime, job_id)
 
 
@@ -113,11 +123,12 @@ def planq_revoke(
     recorded = kwargs.pop(RECORDED, None)
     task_ids = list(maybe_list(task_id) or [])
     job_ids = [str(i).upper() for i in task_ids]
-    bridge_revoke(state, job_ids, None if recorded is None else str(recorded))
     can_terminate = terminate and _pool_can_terminate(state)
     # Only the node whose child runs the job terminates it, so only that node may end the
     # row, and only as that child's claim: every other node leaves it to the job's owner.
     hosted = {job_id: _child_pids(job_id) for job_id in job_ids} if can_terminate else {}
+    terminating = frozenset(job_id for job_id, pids in hosted.items() if pids)
+    bridge_revoke(state, job_ids, None if recorded is None else str(recorded), terminating)
     if not any(hosted.values()):
         # Celery's revoke would also ask the result backend (a ledger read) about every id
         # this node does not run; the revoked set is all a delivery still to come needs.
