@@ -81,6 +81,10 @@ def bad_text(max_length: int, *, allow_empty: bool = False) -> st.SearchStrategy
     return st.one_of(options)
 
 
+#: Job and run ids a store must refuse: not text, blank, unstorable, or over 26 characters.
+BAD_IDS = bad_text(26)
+
+
 def bad_int(low: int, high: int) -> st.SearchStrategy[object]:
     """Integers outside [low, high], and values that are not integers at all."""
     return st.one_of(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -19,8 +20,50 @@ from typing import Any
 
 import pytest
 
+CHROMIUM = Path("/usr/bin/chromium")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
 #: Chromium's answer to a command whose page went away under it (code -32000).
 NAVIGATED = "Inspected target navigated or closed"
+
+
+def installed_chromium() -> Path:
+    """Debian's Chromium, installed with apt-get when missing (a failed install fails)."""
+    if CHROMIUM.exists():
+        return CHROMIUM
+    apt = shutil.which("apt-get")
+    if apt is None:
+        pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [apt, "install", "-y", "-q", "chromium"]
+    done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:  # a stale or missing package list: update once and retry
+        subprocess.run([apt, "update", "-q"], env=env, capture_output=True, timeout=600)
+        done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0 or not CHROMIUM.exists():
+        pytest.fail(f"apt-get install chromium failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return CHROMIUM
+
+
+def headless(chromium: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium with no network beyond the page asked for."""
+    command = [
+        str(chromium),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--window-size=1400,900",
+        "--virtual-time-budget=10000",  # let the page's AJAX fill the table first
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 class Navigated(Exception):

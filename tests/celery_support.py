@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +16,8 @@ from celery import Celery
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from planq.domain.jobs import AsyncJobStatus
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.plans import Plan
 from planq.domain.ports import JobStore
 from planq.tasks.embedded import EmbeddedWorker
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
@@ -147,6 +149,25 @@ class CeleryProcess:
                 self._log.close()
 
 
+def stop_together(processes: list[CeleryProcess], timeout: float = 15.0) -> None:
+    """Warm-shut every process down at once (SIGTERM to all, one wait), then close each.
+
+    One warm shutdown's wait for a test's processes, not one per process; whatever is still
+    up after `timeout` is killed (kill -9 of its group).
+    """
+    running = [p for p in processes if p.proc.poll() is None]
+    for process in running:
+        process.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(p.proc.poll() is None for p in running):
+        time.sleep(0.05)
+    for process in processes:
+        if process.proc.poll() is None:
+            print(f"{process.name}: no warm shutdown within {timeout:.0f}s; killed")
+            process.kill()
+        process.close()
+
+
 class WorkerProcess(CeleryProcess):
     """`celery -A worker_config worker` with planq's queues."""
 
@@ -207,3 +228,19 @@ class BeatProcess(CeleryProcess):
     def __init__(self, env: dict[str, str], name: str, schedule: Path, log_path: Path) -> None:
         args = ["beat", "-s", str(schedule), "--loglevel", "INFO"]
         super().__init__(env, name, args, log_path)
+
+
+def running_slow_job(producer: Celery, runtime: Runtime) -> AsyncJob:
+    """A new plan's strategize job, running and checkpointed (a worker on the slow executor)."""
+    plan = Plan.with_steps(["long"])
+    runtime.plans.add(plan)
+    result = producer.tasks["planq.strategize_plan"].delay(plan.plan_id)
+
+    def checkpointed() -> bool:
+        job = runtime.jobs.get(result.id)
+        return job is not None and bool(job.checkpoint)
+
+    wait_for(checkpointed, timeout=60, what="the job to run and checkpoint")
+    job = runtime.jobs.get(result.id)
+    assert job is not None and job.status is AsyncJobStatus.running
+    return job

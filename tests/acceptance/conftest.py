@@ -18,7 +18,15 @@ from tests.acceptance.flower_support import (
     StartFlower,
     flower_args,
 )
-from tests.celery_support import BeatProcess, CeleryProcess, WorkerProcess, make_app, worker_env
+from tests.browser_support import Browser, installed_chromium
+from tests.celery_support import (
+    BeatProcess,
+    CeleryProcess,
+    WorkerProcess,
+    make_app,
+    stop_together,
+    worker_env,
+)
 from tests.executors_for_tests import REDIS
 from tests.resources import free_port
 from tests.support import wait_for
@@ -45,11 +53,26 @@ StartWorker = Callable[..., WorkerProcess]
 
 
 @pytest.fixture
+def celery_processes() -> Iterator[list[CeleryProcess]]:
+    """Every worker, beat and Flower a test started: stopped together at its end.
+
+    One warm shutdown's wait for all of them (a worker's takes a second or two), not one
+    per process in turn.
+    """
+    started: list[CeleryProcess] = []
+    yield started
+    stop_together(started)
+
+
+@pytest.fixture
 def start_worker(
-    redis_url: str, pg_url: str, producer: Celery, tmp_path: Path
-) -> Iterator[StartWorker]:
+    redis_url: str,
+    pg_url: str,
+    producer: Celery,
+    tmp_path: Path,
+    celery_processes: list[CeleryProcess],
+) -> StartWorker:
     """Start `celery -A worker_config worker` processes; all are stopped after the test."""
-    started: list[WorkerProcess] = []
 
     def start(
         name: str = "w1",
@@ -64,23 +87,22 @@ def start_worker(
         worker = WorkerProcess(
             env, name, pool, concurrency, queues, log_path=tmp_path / f"{name}.log"
         )
-        started.append(worker)
+        celery_processes.append(worker)
         if wait:
             worker.wait_ready(producer)
         return worker
 
-    yield start
-    for worker in started:
-        worker.close()
+    return start
 
 
 StartBeat = Callable[..., BeatProcess]
 
 
 @pytest.fixture
-def start_beat(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartBeat]:
+def start_beat(
+    redis_url: str, pg_url: str, tmp_path: Path, celery_processes: list[CeleryProcess]
+) -> StartBeat:
     """Start `celery -A worker_config beat` processes (fast maintenance intervals)."""
-    started: list[BeatProcess] = []
 
     def start(name: str = "beat1", **settings: Any) -> BeatProcess:
         for key, value in {
@@ -91,18 +113,17 @@ def start_beat(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartBea
             settings.setdefault(key, value)
         env = worker_env(redis_url, pg_url, **settings)
         beat = BeatProcess(env, name, tmp_path / f"{name}-schedule", tmp_path / f"{name}.log")
-        started.append(beat)
+        celery_processes.append(beat)
         return beat
 
-    yield start
-    for beat in started:
-        beat.close()
+    return start
 
 
 @pytest.fixture
-def start_flower(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartFlower]:
+def start_flower(
+    redis_url: str, pg_url: str, tmp_path: Path, celery_processes: list[CeleryProcess]
+) -> StartFlower:
     """Start Flower on the test Redis; every Flower started is stopped after the test."""
-    started: list[CeleryProcess] = []
 
     def start(basic_auth: bool = True) -> FlowerServer:
         env = worker_env(redis_url, pg_url)
@@ -113,11 +134,23 @@ def start_flower(redis_url: str, pg_url: str, tmp_path: Path) -> Iterator[StartF
             env["FLOWER_UNAUTHENTICATED_API"] = "true"
         port = free_port()
         process = CeleryProcess(env, "flower", flower_args(port), tmp_path / "flower.log")
-        started.append(process)
+        celery_processes.append(process)
         server = FlowerServer(process, port, basic_auth)
         wait_for(server.answers, timeout=60, interval=0.2, what="Flower's /healthcheck")
         return server
 
-    yield start
-    for process in started:
-        process.close()
+    return start
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Path:
+    """Debian's Chromium, installed with apt-get when missing (a failed install fails)."""
+    return installed_chromium()
+
+
+@pytest.fixture
+def browser(chromium: Path) -> Iterator[Browser]:
+    """One headless Chromium tab, driven over the DevTools pipe."""
+    tab = Browser(chromium)
+    yield tab
+    tab.close()

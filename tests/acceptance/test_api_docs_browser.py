@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_flower import chromium
 from tests.api_support import ApiServer
 from tests.browser_support import Browser
 from tests.integration.test_api import api_settings
 from tests.support import wait_for
-
-__all__ = ["chromium"]  # the session fixture, shared with the Flower test
 
 LISTED = """Array.from(document.querySelectorAll('.opblock-summary'), op =>
   (op.querySelector('.opblock-summary-method')?.innerText || '') + ' ' +

@@ -24,8 +24,8 @@ from planq.domain.runs import Fresh, ProgressKind
 from planq.store import Database
 from planq.store.runs_sql import SqlRunStoreProvider
 from planq.tasks.runtime import reset_runtime
-from tests.acceptance.test_flower import PNG_SIGNATURE, chromium, headless
 from tests.api_support import TOKEN, seed_ledger
+from tests.browser_support import PNG_SIGNATURE, headless
 from tests.celery_support import ROOT, WorkerProcess, make_app, worker_env
 from tests.resources import free_port
 from tests.runs_support import JOB
@@ -36,7 +36,6 @@ pytestmark = pytest.mark.processes
 SCREENSHOT = ROOT / "docs" / "img" / "planq-dashboard.png"
 FLOWER_URL = "http://127.0.0.1:5555"
 RED, AMBER, NEUTRAL = "#b91c1c", "#b45309", "#6b7280"
-__all__ = ["chromium"]  # the session fixture, shared with the Flower test
 
 
 def start_api(env: dict[str, str], port: int, log_path: Path) -> subprocess.Popen[bytes]:

@@ -24,15 +24,12 @@ from planq.domain.runs import Fresh
 from planq.store import Database
 from planq.store.models import RecoverableRunModel
 from planq.store.runs_sql import SqlRunStoreProvider
-from tests.acceptance.test_flower import PNG_SIGNATURE, chromium
 from tests.api_support import ApiServer
-from tests.browser_support import Browser
+from tests.browser_support import PNG_SIGNATURE, Browser
 from tests.integration.test_api import api_settings
 from tests.resources import free_port
 from tests.runs_support import JOB
 from tests.support import wait_for
-
-__all__ = ["chromium"]  # the session fixture, shared with the Flower test
 
 EVIL_FORM = """<!doctype html><html><body>
 <form id="f" method="POST" enctype="text/plain" action="{target}">

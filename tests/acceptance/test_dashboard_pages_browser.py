@@ -16,13 +16,10 @@ from pathlib import Path
 import pytest
 
 from planq.store import Database
-from tests.acceptance.test_flower import PNG_SIGNATURE, chromium
 from tests.api_support import TOKEN, ApiServer, seed_ledger
-from tests.browser_support import Browser
+from tests.browser_support import PNG_SIGNATURE, Browser
 from tests.integration.test_api import api_settings
 from tests.support import wait_for
-
-__all__ = ["chromium"]  # the session fixture, shared with the Flower test
 
 GOOD, FAILED = 45, 30
 
@@ -47,14 +44,6 @@ def api(redis_url: str, ledger_url: str) -> Iterator[ApiServer]:
         yield server
     finally:
         server.close()
-
-
-@pytest.fixture
-def browser(chromium: Path) -> Iterator[Browser]:
-    """One headless Chromium tab."""
-    tab = Browser(chromium)
-    yield tab
-    tab.close()
 
 
 def loaded(browser: Browser, url: str) -> None:

@@ -15,14 +15,13 @@ import pytest
 
 from planq.store import Database
 from tests.acceptance.test_dashboard import Api, fleet
-from tests.acceptance.test_dashboard_pages_browser import browser, loaded, visible_text
-from tests.acceptance.test_flower import PNG_SIGNATURE, chromium
+from tests.acceptance.test_dashboard_pages_browser import loaded, visible_text
 from tests.api_support import TOKEN
-from tests.browser_support import Browser
+from tests.browser_support import PNG_SIGNATURE, Browser
 from tests.support import wait_for
 
 pytestmark = pytest.mark.processes
-__all__ = ["browser", "chromium", "fleet"]  # fixtures shared with the other dashboard tests
+__all__ = ["fleet"]  # the fixture shared with test_dashboard
 
 
 @pytest.mark.timeout(600)

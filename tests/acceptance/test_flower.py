@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,15 +18,19 @@ import pytest
 from celery import Celery
 
 from planq.domain.jobs import AsyncJobStatus
-from planq.domain.plans import Plan, PlanPhase, PlanStatus
+from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.acceptance.conftest import EXEC, StartWorker
 from tests.acceptance.flower_support import (
+    STRATEGIZE,
     FlowerServer,
     StartFlower,
+    strategize,
+    succeeded,
+    wait_for_tasks,
+    wait_for_worker,
 )
 from tests.celery_support import (
-    WorkerProcess,
     make_app,
     wait_for_status,
     worker_env,
@@ -35,53 +38,6 @@ from tests.celery_support import (
 from tests.support import wait_for
 
 pytestmark = pytest.mark.processes
-
-CHROMIUM = Path("/usr/bin/chromium")
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-STRATEGIZE = "planq.strategize_plan"
-
-
-def strategize(app: Celery, runtime: Runtime, count: int) -> list[tuple[str, str]]:
-    """Queue count new plans' strategize jobs through app; (job id, plan id) pairs."""
-    queued = []
-    for i in range(count):
-        plan = Plan.with_steps(["survey", "score"], name=f"flower-{i}")
-        runtime.plans.add(plan)
-        result = app.tasks[STRATEGIZE].delay(plan.plan_id)
-        queued.append((result.id, plan.plan_id))
-    return queued
-
-
-def wait_for_worker(flower: FlowerServer, hostname: str) -> None:
-    """Poll /api/workers (asking Flower to inspect) until hostname is listed."""
-    wait_for(
-        lambda: hostname in flower.api("/api/workers", refresh="1"),
-        timeout=60,
-        interval=0.5,
-        what=f"Flower to list {hostname}",
-    )
-
-
-def wait_for_tasks(flower: FlowerServer, job_ids: list[str]) -> dict[str, Any]:
-    """Poll /api/tasks until every job shows as SUCCESS with a runtime; return them."""
-
-    def done() -> dict[str, Any] | None:
-        tasks = flower.api("/api/tasks")
-        shown = {i: tasks[i] for i in job_ids if i in tasks}
-        finished = all(t["state"] == "SUCCESS" and t.get("runtime") for t in shown.values())
-        return shown if len(shown) == len(job_ids) and finished else None
-
-    return wait_for(done, timeout=60, interval=0.5, what=f"Flower to show {job_ids} succeeded")
-
-
-def succeeded(runtime: Runtime, job_id: str, worker: WorkerProcess) -> None:
-    """Wait for the job's ledger row to succeed; say where it stands if it does not."""
-    try:
-        wait_for_status(runtime.jobs, job_id, AsyncJobStatus.succeeded, timeout=60)
-    except pytest.fail.Exception:
-        job = runtime.jobs.get(job_id)
-        status = None if job is None else job.status
-        pytest.fail(f"job {job_id} is {status}, not succeeded; worker log:\n{worker.log_tail()}")
 
 
 def compose_healthcheck(service: str) -> list[str]:
@@ -161,87 +117,6 @@ def test_flower_shows_workers_jobs_and_metrics(
             args = [a.replace(old, new) for a in args]
         check = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
         assert check.returncode == 0, f"{service} healthcheck: {check.stdout}{check.stderr}"
-
-
-@pytest.fixture(scope="session")
-def chromium() -> Path:
-    """Debian's Chromium, installed with apt-get when missing (a failed install fails)."""
-    if CHROMIUM.exists():
-        return CHROMIUM
-    apt = shutil.which("apt-get")
-    if apt is None:
-        pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [apt, "install", "-y", "-q", "chromium"]
-    done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:  # a stale or missing package list: update once and retry
-        subprocess.run([apt, "update", "-q"], env=env, capture_output=True, timeout=600)
-        done = subprocess.run(install, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0 or not CHROMIUM.exists():
-        pytest.fail(f"apt-get install chromium failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return CHROMIUM
-
-
-def headless(chromium: Path, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run headless Chromium with no network beyond the page asked for."""
-    command = [
-        str(chromium),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--hide-scrollbars",
-        f"--user-data-dir={profile}",
-        "--window-size=1400,900",
-        "--virtual-time-budget=10000",  # let the page's AJAX fill the table first
-        *args,
-    ]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
-
-
-@pytest.mark.timeout(1200)  # the first run may install Chromium
-def test_flower_dashboard_screenshot(
-    chromium: Path,
-    producer: Celery,
-    runtime: Runtime,
-    start_worker: StartWorker,
-    start_flower: StartFlower,
-    tmp_path: Path,
-) -> None:
-    flower = start_flower(basic_auth=False)
-    worker = start_worker("worker")
-    wait_for_worker(flower, f"worker@{socket.gethostname()}")
-    plan = Plan.with_steps(["survey", "score", "write"], name="nightly-rebalance")
-    runtime.plans.add(plan)
-    job_ids = []
-    for phase in PlanPhase:  # one plan through all three phases, then two more strategize
-        job_id = producer.tasks[f"planq.{phase.value}_plan"].delay(plan.plan_id).id
-        succeeded(runtime, job_id, worker)
-        job_ids.append(job_id)
-    stored = runtime.plans.get(plan.plan_id)
-    assert stored is not None and (stored.phase, stored.status) == (
-        PlanPhase.apply,
-        PlanStatus.complete,
-    )
-    job_ids += [job for job, _ in strategize(producer, runtime, 2)]
-    wait_for_tasks(flower, job_ids)
-
-    page = f"{flower.url}/tasks"
-    dom = headless(chromium, tmp_path / "profile-dom", "--dump-dom", page)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    for job_id in job_ids:  # the table the screenshot shows really lists the jobs
-        assert job_id in dom.stdout
-
-    shot = tmp_path / "flower-dashboard.png"
-    taken = headless(chromium, tmp_path / "profile-shot", f"--screenshot={shot}", page)
-    assert taken.returncode == 0, taken.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data.startswith(PNG_SIGNATURE)
-    assert len(data) > 10_000, f"a {len(data)}-byte screenshot is blank"
 
 
 def flower_state(flower: FlowerServer, job_id: str, state: str) -> dict[str, Any] | None:

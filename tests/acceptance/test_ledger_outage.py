@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -42,7 +41,6 @@ from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime
 from planq.worker_config.celery_config import MAINTENANCE_QUEUE
 from tests.acceptance.conftest import StartBeat, StartWorker
-from tests.celery_support import CeleryProcess
 from tests.executors_for_tests import REDIS, runs_key
 from tests.support import PG_ADMIN_DSN, record_reliability, wait_for
 
@@ -121,20 +119,6 @@ def outage_window(logs: list[Path], offsets: list[int]) -> list[list[str]] | Non
     return chunks if met and not any(met.values()) else None
 
 
-def stop_together(processes: list[CeleryProcess], timeout: float = 20.0) -> None:
-    """Warm-shut every process down at once (SIGTERM to all, then wait), not one by one.
-
-    The fixtures' teardown stops each in turn; whatever is still up after timeout is left to
-    it (it kills what hangs).
-    """
-    for process in processes:
-        if process.proc.poll() is None:
-            process.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(p.proc.poll() is None for p in processes):
-        time.sleep(0.05)
-
-
 def test_no_restart_outage_longer_than_job_timeout(
     producer: Celery,
     runtime: Runtime,
@@ -148,7 +132,7 @@ def test_no_restart_outage_longer_than_job_timeout(
     workers.append(
         start_worker("sweeper", concurrency=1, queues=[MAINTENANCE_QUEUE], wait=False, **SETTINGS)
     )
-    beat = start_beat(**SETTINGS)
+    start_beat(**SETTINGS)
     for worker in workers:
         worker.wait_ready(producer)
     t0 = time.monotonic()
@@ -210,4 +194,3 @@ def test_no_restart_outage_longer_than_job_timeout(
         recovered,
     )
     print(f"log lines per process over the outage: {dict(per_process)}")
-    stop_together([*workers, beat])

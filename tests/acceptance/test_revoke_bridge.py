@@ -13,27 +13,12 @@ from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
-from tests.celery_support import ROOT, wait_for_status
+from tests.celery_support import ROOT, running_slow_job, wait_for_status
 from tests.executors_for_tests import REDIS, tripped_key
 from tests.support import wait_for
 
 pytestmark = pytest.mark.processes
 POOLS = ["prefork", "threads"]
-
-
-def running_job(producer: Celery, rt: Runtime) -> AsyncJob:
-    """Queue a strategize job with the slow executor and wait until it checkpointed."""
-    plan = Plan.with_steps(["long"])
-    rt.plans.add(plan)
-    result = producer.tasks["planq.strategize_plan"].delay(plan.plan_id)
-    wait_for(
-        lambda: (rt.jobs.get(result.id) or AsyncJob.model_construct()).checkpoint,
-        timeout=60,
-        what="the job to run and checkpoint",
-    )
-    job = rt.jobs.get(result.id)
-    assert job is not None and job.status is AsyncJobStatus.running
-    return job
 
 
 def tripped_after(job_id: str, since: float) -> float:
@@ -46,7 +31,7 @@ def test_cancel_job_trips_the_token_in_the_process_that_runs_it(
     pool: str, producer: Celery, runtime: Runtime, start_worker: StartWorker
 ) -> None:
     start_worker("w1", pool=pool, default_executor=f"{EXEC}:slow", heartbeat_interval=2.0)
-    job = running_job(producer, runtime)
+    job = running_slow_job(producer, runtime)
     t0 = time.time()
     assert runtime.worker.cancel_job(job.job_id) is True
     done = wait_for_status(runtime.jobs, job.job_id, AsyncJobStatus.cancelled, timeout=30)
@@ -63,7 +48,7 @@ def test_celery_revoke_without_terminate_cancels_cooperatively(
     pool: str, producer: Celery, runtime: Runtime, start_worker: StartWorker
 ) -> None:
     start_worker("w1", pool=pool, default_executor=f"{EXEC}:slow", heartbeat_interval=2.0)
-    job = running_job(producer, runtime)
+    job = running_slow_job(producer, runtime)
     t0 = time.time()
     producer.control.revoke(job.job_id)  # what Flower's Revoke button sends
     wait_for_status(runtime.jobs, job.job_id, AsyncJobStatus.cancelled, timeout=30)
@@ -75,7 +60,7 @@ def test_revoke_with_terminate_ends_cancelled_in_the_ledger(
     pool: str, producer: Celery, runtime: Runtime, start_worker: StartWorker
 ) -> None:
     start_worker("w1", pool=pool, default_executor=f"{EXEC}:slow", heartbeat_interval=2.0)
-    job = running_job(producer, runtime)
+    job = running_slow_job(producer, runtime)
     producer.control.revoke(job.job_id, terminate=True, signal="SIGTERM")
     done = wait_for_status(runtime.jobs, job.job_id, AsyncJobStatus.cancelled, timeout=30)
     assert done.finished_at is not None
@@ -96,7 +81,7 @@ def test_celery_control_revoke_command_line(
     producer: Celery, runtime: Runtime, start_worker: StartWorker
 ) -> None:
     worker = start_worker("w1", default_executor=f"{EXEC}:slow")
-    job = running_job(producer, runtime)
+    job = running_slow_job(producer, runtime)
     subprocess.run(
         [
             sys.executable,
@@ -115,17 +100,3 @@ def test_celery_control_revoke_command_line(
         timeout=60,
     )
     wait_for_status(runtime.jobs, job.job_id, AsyncJobStatus.cancelled, timeout=30)
-
-
-@pytest.mark.parametrize("pool", POOLS)
-def test_warm_shutdown_trips_tokens_and_keeps_checkpoints(
-    pool: str, producer: Celery, runtime: Runtime, start_worker: StartWorker
-) -> None:
-    worker = start_worker("w1", pool=pool, default_executor=f"{EXEC}:slow")
-    job = running_job(producer, runtime)
-    assert worker.terminate(timeout=30) == 0
-    done = runtime.jobs.get(job.job_id)
-    assert done is not None
-    assert done.status is AsyncJobStatus.failed
-    assert done.error_message == "interrupted: worker shutdown"
-    assert done.checkpoint is not None and done.checkpoint["step"] >= 1

@@ -30,7 +30,7 @@ from planq.domain.runs.checks import SWEEP_ERROR
 from planq.store.migrate import upgrade
 from planq.tasks.ledger_consistency import CORRUPT_PAYLOAD, PLAN_JOB_MISMATCH, STALE_HEARTBEAT
 from planq.tasks.runtime import reset_runtime, runtime_for
-from tests.celery_support import WorkerProcess, make_app, worker_env
+from tests.celery_support import WorkerProcess, make_app, stop_together, worker_env
 from tests.runs_support import JOB, findings, newest, wait_run
 from tests.support import create_pg_database, drop_pg_database, flush_redis
 
@@ -176,8 +176,7 @@ def workers(
         return worker
 
     yield start
-    for worker in started:
-        worker.close()
+    stop_together(started)
 
 
 def test_kill_9_mid_scan_then_restart_pauses_and_a_trigger_resumes_at_the_checkpoint(

@@ -12,29 +12,11 @@ import pytest
 from celery import Celery
 
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
-from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime
 from tests.acceptance.conftest import EXEC, StartWorker
-from tests.celery_support import wait_for_status
-from tests.support import wait_for
+from tests.celery_support import running_slow_job, wait_for_status
 
 pytestmark = pytest.mark.processes
-
-
-def running_slow_job(producer: Celery, runtime: Runtime) -> AsyncJob:
-    """A strategize job on the slow executor, running and checkpointed."""
-    plan = Plan.with_steps(["long"])
-    runtime.plans.add(plan)
-    result = producer.tasks["planq.strategize_plan"].delay(plan.plan_id)
-
-    def checkpointed() -> bool:
-        job = runtime.jobs.get(result.id)
-        return job is not None and bool(job.checkpoint)
-
-    wait_for(checkpointed, timeout=60, what="the job to run and checkpoint")
-    job = runtime.jobs.get(result.id)
-    assert job is not None and job.status is AsyncJobStatus.running
-    return job
 
 
 def interrupted(runtime: Runtime, job: AsyncJob) -> AsyncJob:
@@ -44,6 +26,16 @@ def interrupted(runtime: Runtime, job: AsyncJob) -> AsyncJob:
     assert done.error_message == "interrupted: worker shutdown"
     assert done.checkpoint is not None and done.checkpoint["step"] >= 1
     return done
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_warm_shutdown_trips_tokens_and_keeps_checkpoints(
+    pool: str, producer: Celery, runtime: Runtime, start_worker: StartWorker
+) -> None:
+    worker = start_worker("w1", pool=pool, default_executor=f"{EXEC}:slow")
+    job = running_slow_job(producer, runtime)
+    assert worker.terminate(timeout=30) == 0
+    interrupted(runtime, job)
 
 
 def test_default_one_attempt_a_warm_shutdown_fails_the_job_and_nothing_retries_it(

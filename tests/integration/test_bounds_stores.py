@@ -1,141 +1,43 @@
-"""Bounds at the store boundaries (memory, SQLite, PostgreSQL): typed refusals, nothing written.
+"""Bounds at the job store's boundaries (memory, SQLite, PostgreSQL): typed refusals.
 
-Each property runs 1,000 cases against ONE database per test function (the store fixtures
-of tests/conftest.py), and after every case reads the tables back: the row counts and the
-rows' mutable columns are exactly what they were before the first refused call.
+Each property runs 1,000 cases against ONE database per test function (`world`, in
+tests/integration/conftest.py), and after every case reads the tables back: the row counts
+and the rows' mutable columns are exactly what they were before the first refused call.
+The plan and run stores' bounds are in test_bounds_plan_run_stores.py.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import text
 
 from planq.domain.bounds import (
     INT32_MAX,
     INT64_MAX,
     MAX_BATCH,
     MAX_CHECKPOINT_BYTES,
-    MAX_DURATION_SECONDS,
     MAX_ERROR_LENGTH,
-    MAX_JOB_NAME_LENGTH,
     MAX_LIST_LIMIT,
-    MAX_OWNER_LENGTH,
-    MAX_PLAN_NAME_LENGTH,
-    MAX_RETENTION_DAYS,
     MAX_SCHEMA_VERSION,
-    MAX_STEP_SECONDS,
     MAX_WORKER_ID_LENGTH,
 )
 from planq.domain.clock import utcnow
-from planq.domain.errors import BoundsError
 from planq.domain.ids import new_id
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
-from planq.domain.lifecycle import PlanLifecycleService
-from planq.domain.plans import Plan, PlanPhase
-from planq.domain.runs import RunStore
-from planq.domain.runs.ports import Fresh
-from planq.store import (
-    Database,
-    InMemoryRunStoreProvider,
-    SqlJobStore,
-    SqlPlanStore,
-    SqlRunStoreProvider,
-    in_memory_ledger,
-)
+from planq.domain.plans import PlanPhase
 from tests.bounds_support import (
-    RUN_WRITES,
+    BAD_IDS,
     THOUSAND,
     bad_int,
     bad_number,
     bad_text,
-    expect_bounds,
-    run_write,
     too_deep_text,
     too_many_bytes,
-    with_unstorable,
 )
-
-_SNAPSHOT = {
-    "async_jobs": "job_id, status, worker_id, progress, checkpoint_json, error_message, "
-    "attempt, dispatch_count, cancel_requested_at",
-    "plans": "plan_id, name, version, spec_json, phase, status",
-    "recoverable_runs": "id, status, owner, cursor, scanned_count, finding_count, params_json, "
-    "progress_total, progress_kind, lease_epoch, error_message",
-    "run_findings": "id, run_id, kind",
-}
-
-
-class World:
-    """One ledger with a plan, a queued job, a running job and an active run in it.
-
-    On SQL (db given) the snapshot reads the tables; in memory (db None) it reads every
-    row back through the stores' own listings.
-    """
-
-    def __init__(self, db: Database | None) -> None:
-        self.db = db
-        if db is None:
-            self.jobs, self.plans = in_memory_ledger()
-            self.runs: SqlRunStoreProvider | InMemoryRunStoreProvider = InMemoryRunStoreProvider()
-        else:
-            self.jobs, self.plans = SqlJobStore(db), SqlPlanStore(db)
-            self.runs = SqlRunStoreProvider(db)
-        self.service = PlanLifecycleService(self.plans, self.jobs)
-        self.plan = self.service.create_plan(["a", {"name": "b", "seconds": 0.5}], name="seed")
-        self.queued = AsyncJob(plan_id=self.plan.plan_id, phase=PlanPhase.strategize)
-        self.jobs.add(self.queued)
-        self.running = AsyncJob(plan_id=self.plan.plan_id, phase=PlanPhase.execute)
-        self.jobs.add(self.running)
-        assert self.jobs.claim(self.running.job_id, "worker-a", utcnow())
-        opened = self.runs.open_or_start("bounds", owner="worker-a")
-        assert isinstance(opened, Fresh)
-        self.run: RunStore = opened.store
-        self.run.checkpoint(b"start", INT64_MAX - 10)  # RUN_WRITES' overflow case needs this
-        self.run.set_string_param("mode", "deep")
-        self.run.record_finding("seeded", "anomaly", None, {"n": 1})
-        self.before = self.snapshot()
-
-    def snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Every row's mutable columns, per table, in id order."""
-        if self.db is None:
-            runs = self.runs.list_runs(limit=MAX_LIST_LIMIT)
-            return {
-                "async_jobs": [(j.model_dump(),) for j in self.jobs.list_all()],
-                "plans": [(p.model_dump(),) for p in self.plans.list_all()],
-                "recoverable_runs": [(r,) for r in runs],
-                "run_findings": [(f,) for r in runs for f in self.runs.list_findings(r.id)],
-            }
-        with self.db.engine.connect() as conn:
-            return {
-                table: [
-                    tuple(row)
-                    for row in conn.execute(text(f"SELECT {cols} FROM {table} ORDER BY 1"))
-                ]
-                for table, cols in _SNAPSHOT.items()
-            }
-
-    def refuses(self, call: Callable[[], object], field: str) -> None:
-        """The call raises a BoundsError naming field, and no row changed."""
-        with pytest.raises(BoundsError) as error:
-            call()
-        expect_bounds(error, field)
-        assert self.snapshot() == self.before
-
-
-@pytest.fixture(params=["memory", "sqlite", "postgres"])
-def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    """A seeded World on each backend; one database per test function."""
-    if request.param == "memory":
-        yield World(None)
-        return
-    fixture = "sqlite_database" if request.param == "sqlite" else "pg_database"
-    yield World(request.getfixturevalue(fixture))
+from tests.integration.conftest import World
 
 
 def _text_fields() -> st.SearchStrategy[tuple[str, object]]:
@@ -226,9 +128,6 @@ def test_worker_writes_out_of_bounds_are_refused(world: World, case: tuple[str, 
     world.refuses(calls[(op, field)], field)
 
 
-BAD_IDS = bad_text(26)
-
-
 @THOUSAND
 @given(
     job_id=BAD_IDS,
@@ -303,127 +202,3 @@ def test_too_many_ids_in_one_call_are_refused(world: World) -> None:
     ids = [new_id() for _ in range(MAX_BATCH + 1)]
     world.refuses(lambda: world.jobs.mark_dispatched(ids, utcnow()), "job_ids")
     world.refuses(lambda: world.jobs.heartbeat(ids, utcnow()), "job_ids")
-
-
-# -- plans -----------------------------------------------------------------------------------
-
-
-@THOUSAND
-@given(
-    case=st.one_of(
-        st.tuples(st.just("name"), bad_text(MAX_PLAN_NAME_LENGTH, allow_empty=True)),
-        st.tuples(st.just("version"), bad_int(0, INT32_MAX)),
-        st.tuples(st.just("spec_json"), too_deep_text('{"x": {}}')),
-        st.tuples(st.just("spec_json"), too_many_bytes(2**20).map(lambda s: json.dumps({"p": s}))),
-        st.tuples(
-            st.just("steps"),
-            st.one_of(
-                st.text(max_size=6),
-                st.lists(st.one_of(st.integers(), st.none(), with_unstorable(50)), min_size=1),
-                st.lists(
-                    st.fixed_dictionaries(
-                        {
-                            "name": st.just("s"),
-                            "seconds": bad_number(0.0, MAX_STEP_SECONDS).filter(
-                                lambda v: v is not None
-                            ),
-                        }
-                    ),
-                    min_size=1,
-                    max_size=2,
-                ),
-            ),
-        ),
-    ),
-    op=st.sampled_from(["add", "update", "create"]),
-)
-def test_a_plan_out_of_bounds_is_refused_by_add_update_and_create_plan(
-    world: World, case: tuple[str, Any], op: str
-) -> None:
-    field, value = case
-    if op == "create":
-        steps, name = (value, "") if field == "steps" else (["a"], value)
-        if field in {"version", "spec_json"}:
-            return  # create_plan takes steps and a name only
-        world.refuses(lambda: world.service.create_plan(steps, name=name), field)
-        return
-    if field == "steps":
-        field, value = "spec_json", json.dumps({"steps": value}, allow_nan=True)
-    base = world.plan if op == "update" else Plan()
-    plan = base.model_copy(update={field: value})
-    call = world.plans.add if op == "add" else world.plans.update
-    world.refuses(lambda: call(plan), field)
-
-
-# -- recoverable runs ------------------------------------------------------------------------
-
-
-@THOUSAND
-@given(case=RUN_WRITES)
-def test_run_writes_out_of_bounds_are_refused(world: World, case: tuple[str, str, Any]) -> None:
-    field, op, value = case
-    if isinstance(value, str) and value in {
-        "data_loss",
-        "inconsistent",
-        "anomaly",
-        "count",
-        "approximate",
-    }:
-        return  # a valid severity or progress kind
-    world.refuses(lambda: run_write(world.run, op, field, value), field)
-
-
-@THOUSAND
-@given(
-    case=st.one_of(
-        st.tuples(st.just("job_name"), bad_text(MAX_JOB_NAME_LENGTH)),
-        st.tuples(st.just("owner"), bad_text(MAX_OWNER_LENGTH)),
-        st.tuples(st.just("run_id"), BAD_IDS),
-        st.tuples(
-            st.just("leases"), st.one_of(st.lists(st.integers(), max_size=2), st.text(max_size=3))
-        ),
-        st.tuples(
-            st.just("lease run_id"),
-            BAD_IDS.filter(lambda v: not isinstance(v, list | dict)).map(lambda k: {k: 1}),
-        ),
-        st.tuples(st.just("lease_epoch"), bad_int(0, INT64_MAX).map(lambda e: {new_id(): e})),
-        st.tuples(st.just("retention_days"), bad_number(-MAX_RETENTION_DAYS, MAX_RETENTION_DAYS)),
-        st.tuples(st.just("stale_after"), bad_number(0.0, MAX_DURATION_SECONDS)),
-        st.tuples(st.just("limit"), bad_int(1, MAX_LIST_LIMIT)),
-    ),
-    op=st.integers(0, 2),
-)
-def test_run_provider_calls_out_of_bounds_are_refused(
-    world: World, case: tuple[str, Any], op: int
-) -> None:
-    field, value = case
-    if field == "stale_after" and value is None:
-        return  # None: the spec's sweep of every active run
-    runs = world.runs
-    calls: dict[str, list[Callable[[], object]]] = {
-        "job_name": [
-            lambda: runs.open_or_start(value, owner="worker-a"),
-            lambda: runs.request_cancel(value),
-            lambda: runs.list_runs(value),
-        ],
-        "owner": [
-            lambda: runs.open_or_start("other", owner=value),
-            lambda: runs.boot_recovery_sweep(value, 60),
-        ],
-        "run_id": [
-            lambda: runs.get_run_by_id(value),
-            lambda: runs.list_findings(value),
-            lambda: runs.finding_severity_counts(value),
-        ],
-        "lease run_id": [lambda: runs.heartbeat_runs(value)],
-        "leases": [lambda: runs.heartbeat_runs(value)],
-        "lease_epoch": [lambda: runs.heartbeat_runs(value)],
-        "retention_days": [lambda: runs.purge_terminal_runs(value)],
-        "stale_after": [lambda: runs.boot_recovery_sweep("worker-a", stale_after=value)],
-        "limit": [
-            lambda: runs.list_runs(limit=value),
-            lambda: runs.list_findings(world.run.run_id, limit=value),
-        ],
-    }
-    options = calls[field]
-    world.refuses(options[op % len(options)], "run_id" if field == "lease run_id" else field)
