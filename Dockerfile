@@ -25,7 +25,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 # Then planq itself, without resolving anything again. The source is removed after the
 # install; the package lives in site-packages, so `celery -A planq.worker_config` works from
 # any directory.
-COPY README.md ./
+COPY README.md LICENSE ./
 COPY domain ./domain
 COPY store ./store
 COPY tasks ./tasks
