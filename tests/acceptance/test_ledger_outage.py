@@ -37,11 +37,10 @@ from celery import Celery
 
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.ledger import STUCK_ERROR
-from planq.domain.plans import Plan
 from planq.tasks.runtime import Runtime
 from planq.worker_config.celery_config import MAINTENANCE_QUEUE
 from tests.acceptance.conftest import StartBeat, StartWorker
-from tests.executors_for_tests import REDIS, runs_key
+from tests.acceptance.faults_support import queue_jobs, runs
 from tests.support import PG_ADMIN_DSN, record_reliability, wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.redis, pytest.mark.heavy]
@@ -83,19 +82,6 @@ def connections_refused(database: str) -> Iterator[None]:
             yield
         finally:
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
-
-
-def queue_jobs(producer: Celery, rt: Runtime, n: int) -> list[str]:
-    ids = []
-    for _ in range(n):
-        plan = Plan.with_steps(["x"])
-        rt.plans.add(plan)
-        ids.append(producer.tasks["planq.strategize_plan"].delay(plan.plan_id).id)
-    return ids
-
-
-def runs(job_id: str) -> int:
-    return int(REDIS.get(runs_key(job_id)) or 0)
 
 
 def log_lines_since(path: Path, offset: int) -> list[str]:
