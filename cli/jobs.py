@@ -71,15 +71,18 @@ def show(job_id: JobId, as_json: JsonOpt = False) -> None:
 def cancel(
     job_id: JobId,
     by: Annotated[
-        str | None, typer.Option("--by", help="Who cancels, for a pipeline plan's audit trail.")
+        str | None,
+        typer.Option("--by", help="A note for a pipeline plan's trail; the actor is you."),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Cancel: a queued job ends now, a running one is asked to stop; exit 1 if it has ended."""
-    from planq.cli.pipeline_services import cli_user
+    from planq.domain.principals import cli_actor
 
     with planq() as session:
-        outcome, after = services.cancel_job(session, job_id, by or cli_user())
+        outcome, after = services.cancel_job(
+            session, job_id, cli_actor(), note=f"by: {by}" if by else None
+        )
     if as_json:
         emit_json({"outcome": outcome, "job": job_dict(after)})
     else:

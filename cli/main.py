@@ -20,6 +20,7 @@ from planq.cli.output import OneLineErrors, boundary
 from planq.cli.plans import plans_app
 from planq.cli.runs import runs_app
 from planq.cli.schedule import schedule_command
+from planq.cli.tokens import tokens_app
 
 app = typer.Typer(
     name="planq",
@@ -35,6 +36,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(plans_app, name="plans")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(runs_app, name="runs")
+app.add_typer(tokens_app, name="tokens")
 app.command("schedule")(schedule_command)
 app.command("api")(api_command)
 services.register(app)

@@ -66,6 +66,13 @@ class Refused(CliError):
     label = "refused"
 
 
+class Denied(CliError):
+    """The caller may not do this (exit 1, HTTP 403): a missing role, or four-eyes."""
+
+    code = REFUSED
+    label = "forbidden"
+
+
 class TimedOut(CliError):
     """A wait ended before what it waited for (exit 1)."""
 
@@ -134,18 +141,28 @@ def one_line(exc: BaseException) -> str:
 def classify(exc: Exception) -> CliError | None:
     """The CliError a known exception stands for; None for a bug (let it show)."""
     from planq.domain.errors import (
+        AlreadyApprovedError,
         ConcurrentUpdateError,
+        ForbiddenError,
         InvalidJobTransitionError,
         InvalidPlanTransitionError,
         LedgerUnavailableError,
         NotAwaitingApprovalError,
+        NothingToCancelError,
         PlanqError,
     )
 
     if isinstance(exc, CliError):
         return exc
+    if isinstance(exc, ForbiddenError):
+        return Denied(one_line(exc))
     if isinstance(
-        exc, InvalidPlanTransitionError | InvalidJobTransitionError | NotAwaitingApprovalError
+        exc,
+        InvalidPlanTransitionError
+        | InvalidJobTransitionError
+        | NotAwaitingApprovalError
+        | AlreadyApprovedError
+        | NothingToCancelError,
     ):
         return Refused(one_line(exc))
     if isinstance(exc, ConcurrentUpdateError):

@@ -13,6 +13,7 @@ from planq.cli import limits, pipeline_services, services
 from planq.cli.context import planq
 from planq.cli.output import BadInput, boundary, emit_json, print_fields, warn
 from planq.cli.views import job_dict, print_events, print_jobs, print_plans
+from planq.domain.principals import cli_actor
 
 plans_app = typer.Typer(help="Plans and their phase jobs.", no_args_is_help=True)
 
@@ -194,7 +195,8 @@ def watch(
 
 # -- the pipeline: a plan that runs its phases by itself ------------------------------------
 By = Annotated[
-    str | None, typer.Option("--by", help="Who does this, for the audit trail (default: you).")
+    str | None,
+    typer.Option("--by", help="A name for the note; the actor is always you (cli:USER@HOST)."),
 ]
 Note = Annotated[str | None, typer.Option("--note", help="Why, for the audit trail.")]
 
@@ -214,14 +216,26 @@ def run(
         float | None,
         typer.Option("--approval-timeout", help="Seconds to wait at the gate, then expire."),
     ] = None,
+    approvals: Annotated[
+        int | None,
+        typer.Option(
+            "--approvals", help="Distinct approvers the gate needs, none of them you (default 1)."
+        ),
+    ] = None,
     by: By = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the plan's phases by themselves through PHASE; exit 2 on bad phases, 1 if busy."""
     with planq() as session:
-        actor = by or pipeline_services.cli_user()
         plan, job = pipeline_services.run_plan(
-            session, plan_id, through, approve_before, actor, approval_timeout
+            session,
+            plan_id,
+            through,
+            approve_before,
+            cli_actor(),
+            approval_timeout,
+            approvals=approvals,
+            note=_by_note(by),
         )
     if as_json:
         emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
@@ -229,10 +243,17 @@ def run(
         print_fields(f"plan {plan.plan_id} is {plan.label}: {_pipeline_line(plan)}", job_dict(job))
 
 
+def _by_note(by: str | None, note: str | None = None) -> str | None:
+    """--by is only text for the note: the actor is the OS user and host, never a flag."""
+    said = f"by: {by}" if by else None
+    return "; ".join(t for t in (said, note) if t) or None
+
+
 def _decide(plan_id: str, approve: bool, by: str | None, note: str | None, as_json: bool) -> None:
     with planq() as session:
-        actor = by or pipeline_services.cli_user()
-        plan, job = pipeline_services.decide(session, plan_id, approve, actor, note)
+        plan, job = pipeline_services.decide(
+            session, plan_id, approve, cli_actor(), _by_note(by, note)
+        )
     if as_json:
         emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
     else:
@@ -259,11 +280,20 @@ def reject(plan_id: PlanId, note: Note = None, by: By = None, as_json: JsonOpt =
 def cancel(plan_id: PlanId, by: By = None, as_json: JsonOpt = False) -> None:
     """Cancel the whole plan: its pipeline stops and its running phase is cancelled."""
     with planq() as session:
-        actor = by or pipeline_services.cli_user()
-        plan, cancelled = pipeline_services.cancel_plan(session, plan_id, actor)
+        landed = pipeline_services.cancel_plan(session, plan_id, cli_actor(), _by_note(by))
+    plan, jobs = landed.plan, {job_id: o.value for job_id, o in landed.outcomes.items()}
+    outcome = "cancelled" if landed.finished else "cancel requested"
     if as_json:
-        emit_json({"plan": plan.as_cli_dict(), "cancelled_jobs": cancelled})
+        emit_json(
+            {
+                "plan": plan.as_cli_dict(),
+                "outcome": outcome,
+                "cancelled_jobs": list(jobs),
+                "jobs": jobs,
+            }
+        )
     else:
         print_fields(
-            f"plan {plan.plan_id} cancelled", {"pipeline": _pipeline_line(plan), "jobs": cancelled}
+            f"plan {plan.plan_id}: {outcome}",
+            {"pipeline": _pipeline_line(plan), "jobs": list(jobs)},
         )

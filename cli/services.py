@@ -410,10 +410,12 @@ def queue_phases(session: Planq, plan_ids: list[str], phase: str) -> list[tuple[
     return [(q.plan, jobs.get(q.job.job_id) if q.job else None) for q in queued]
 
 
-def cancel_job(session: Planq, job_id: str, actor: str | None = None) -> tuple[str, Any]:
+def cancel_job(
+    session: Planq, job_id: str, actor: str | None = None, note: str | None = None
+) -> tuple[str, Any]:
     """('cancelled' | 'cancel requested', row); Refused when the job has already ended."""
     job = find_job(session, job_id)
-    if not session.runtime.worker.cancel_job(job.job_id, actor):
+    if not session.runtime.worker.cancel_job(job.job_id, actor, note):
         now = session.runtime.jobs.get(job.job_id)
         state = now.status.value if now else "gone"
         raise Refused(f"job {job.job_id} is {state}; only a queued or running job can cancel")

@@ -214,3 +214,46 @@ class NotAwaitingApprovalError(PlanqError):
         self.plan_id = plan_id
         self.state = state
         super().__init__(f"plan {plan_id} is not awaiting approval (pipeline: {state})")
+
+
+class PrincipalError(PlanqError, ValueError):
+    """A principal's name, role or expiry that cannot be (bad input: nothing is written)."""
+
+
+class ForbiddenError(PlanqError):
+    """The principal is known but may not do this (HTTP 403): a missing role, or four-eyes."""
+
+    def __init__(self, message: str, code: str = "forbidden") -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class SelfApprovalError(ForbiddenError):
+    """The principal that ran a pipeline may not approve its gate (PLANQ_APPROVAL_SELF=false)."""
+
+    def __init__(self, plan_id: str, actor: str) -> None:
+        self.plan_id = plan_id
+        self.actor = actor
+        super().__init__(
+            f"plan {plan_id}: {actor} ran this pipeline and may not approve its gate "
+            "(four-eyes: another principal with the approve role must; PLANQ_APPROVAL_SELF)",
+            code="self_approval",
+        )
+
+
+class AlreadyApprovedError(PlanqError):
+    """The principal's approval is already counted at this gate (it counts once)."""
+
+    def __init__(self, plan_id: str, actor: str, have: int, need: int) -> None:
+        self.plan_id = plan_id
+        super().__init__(
+            f"plan {plan_id}: {actor} already approved this gate ({have} of {need} approvals)"
+        )
+
+
+class NothingToCancelError(PlanqError):
+    """A whole-plan cancel came too late: the pipeline ended and no job is left to stop."""
+
+    def __init__(self, plan_id: str, why: str) -> None:
+        self.plan_id = plan_id
+        super().__init__(f"plan {plan_id}: nothing to cancel ({why})")

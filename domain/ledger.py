@@ -15,12 +15,13 @@ from planq.domain.errors import (
     ConcurrentUpdateError,
     DuplicateJobError,
     InvalidPlanTransitionError,
+    NothingToCancelError,
     PlanNotFoundError,
     PlanqError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
-from planq.domain.pipeline import EventKind
+from planq.domain.pipeline import EventKind, check_actor
 from planq.domain.pipeline_ledger import Enqueue, GateObserver, PipelineLedger
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
@@ -55,6 +56,34 @@ class StuckReport:
 
     def __len__(self) -> int:
         return len(self.failed)
+
+
+@dataclass(frozen=True)
+class PlanCancel:
+    """A whole-plan cancel that landed: the plan after it, and what it did to each live job."""
+
+    plan: Plan
+    outcomes: dict[str, CancelOutcome]
+
+    @property
+    def finished(self) -> bool:
+        """Whether nothing is left running (no job was only asked to stop)."""
+        return all(o is not CancelOutcome.requested for o in self.outcomes.values())
+
+
+def _last_end(plan: Plan, jobs: list[AsyncJob]) -> str:
+    """Why a cancel finds nothing: the pipeline's state and the plan's last job's end."""
+    state = plan.pipeline_state.value if plan.pipeline_state else "none"
+    if not jobs:
+        return f"pipeline {state}, no job"
+    last = max(jobs, key=lambda j: (j.created_at, j.job_id))
+    if not last.is_terminal:  # live, but already asked to stop by an earlier cancel
+        return f"pipeline {state}; its {last.phase.value} job {last.job_id} is already stopping"
+    at = last.finished_at.isoformat() if last.finished_at else "?"
+    return (
+        f"pipeline {state}; its last job, {last.phase.value} {last.job_id}, "
+        f"ended {last.status.value} at {at}"
+    )
 
 
 class JobLedger:
@@ -226,7 +255,9 @@ class JobLedger:
             monitor=self.outages,
         )
 
-    def cancel(self, job_id: str, actor: str | None = None) -> CancelOutcome:
+    def cancel(
+        self, job_id: str, actor: str | None = None, note: str | None = None
+    ) -> CancelOutcome:
         """Record a cancel durably; a queued job ends at once, a running one is asked to stop.
 
         On a pipeline's plan the request is an event too (who asked: `actor`), in the same
@@ -237,15 +268,20 @@ class JobLedger:
             if outcome is CancelOutcome.cancelled:
                 job = self.jobs.get(job_id)
                 assert job is not None
-                self._ended(job, AsyncJobStatus.cancelled, None, actor)
+                self._ended(job, AsyncJobStatus.cancelled, None, actor, note)
             elif outcome is CancelOutcome.requested and actor and self.plans is not None:
                 job = self.jobs.get(job_id)  # only a request someone named is read back
                 assert job is not None
-                self._audit_cancel(self.plans.get(job.plan_id), job, actor)
+                self._audit_cancel(self.plans.get(job.plan_id), job, actor, note)
             return outcome
 
     def _ended(
-        self, job: AsyncJob, status: AsyncJobStatus, error: str | None, actor: str | None = None
+        self,
+        job: AsyncJob,
+        status: AsyncJobStatus,
+        error: str | None,
+        actor: str | None = None,
+        note: str | None = None,
     ) -> None:
         """A job ended outside its worker's finish: its plan follows, its trail records it.
 
@@ -254,14 +290,56 @@ class JobLedger:
         """
         plan = self._follow(job.plan_id, job.phase, status)
         if status is AsyncJobStatus.cancelled:
-            self._audit_cancel(plan, job, actor)
+            self._audit_cancel(plan, job, actor, note)
         self.pipeline.ended(plan, job, status, error)
 
-    def _audit_cancel(self, plan: Plan | None, job: AsyncJob, actor: str | None) -> None:
+    def _audit_cancel(
+        self, plan: Plan | None, job: AsyncJob, actor: str | None, note: str | None = None
+    ) -> None:
         if actor is not None and plan is not None and plan.pipeline_state is not None:
             self.pipeline.record(
-                plan.plan_id, EventKind.cancel_requested, job.phase, job.job_id, actor
+                plan.plan_id, EventKind.cancel_requested, job.phase, job.job_id, actor, note
             )
+
+    def cancel_plan(
+        self, plan_id: str, actor: str | None = None, note: str | None = None
+    ) -> PlanCancel:
+        """Stop a plan's pipeline and cancel its live jobs, all in one transaction.
+
+        Whatever it races (an approval queueing the next phase, a worker claiming or
+        finishing it, another cancel), the plan's compare-and-set orders them: a cancel that
+        commits second reads the plan and its jobs again. So the answer is what happened: a
+        queued job cancelled, a running one asked to stop (its token, by the caller), or
+        NothingToCancelError (too late: the pipeline ended, nothing is live, with the last
+        job's end); a second cancel while the first is still stopping a job is refused too,
+        so each landed cancel is recorded once, with its actor.
+        """
+        if self.plans is None:
+            raise PlanNotFoundError(plan_id)
+        who = check_actor(actor)
+        for _ in range(_PLAN_RETRIES):
+            try:
+                with self.jobs.transaction():
+                    plan = self.plans.get(plan_id)
+                    if plan is None:
+                        raise PlanNotFoundError(plan_id)
+                    jobs = self.jobs.list_by_plan(plan.plan_id)
+                    live = [j for j in jobs if not j.is_terminal]
+                    pending = [j for j in live if j.cancel_requested_at is None]
+                    if not pending and not self.pipeline.active(plan):
+                        raise NothingToCancelError(plan.plan_id, _last_end(plan, jobs))
+                    self.pipeline.stop(plan, who, note)
+                    now = utcnow()
+                    outcomes = {j.job_id: self.jobs.cancel(j.job_id, now) for j in pending}
+                    for job in pending:
+                        if outcomes[job.job_id] is CancelOutcome.cancelled:
+                            self._ended(job, AsyncJobStatus.cancelled, None)
+                    stopped = self.plans.get(plan.plan_id)
+                    assert stopped is not None
+                return PlanCancel(stopped, outcomes)
+            except ConcurrentUpdateError:
+                continue  # an approval or a finish moved it meanwhile: read it all again
+        raise ConcurrentUpdateError(f"plan {plan_id} kept changing while it was cancelled")
 
     def cancel_queued(self, job_id: str, actor: str | None = None) -> bool:
         """End the job if it is still queued (its plan with it); whether this call ended it.

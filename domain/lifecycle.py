@@ -163,27 +163,42 @@ class PlanLifecycleService:
         approve_before: object = None,
         actor: object = None,
         approval_timeout: object = None,
+        approvals: object = None,
+        note: object = None,
     ) -> PhaseQueued:
         """Queue the plan's next phase with a pipeline that queues the rest by itself.
 
         It stops after `through` and waits for a person before `approve_before` (for at
-        most `approval_timeout` seconds, then it ends `expired`). Bad input
+        most `approval_timeout` seconds, then it ends `expired`), for `approvals`
+        distinct approvers other than `actor` (four-eyes, see PipelineLedger.decide). Bad input
         is a typed error (InvalidIdError, PlanNotFoundError, PipelineError,
         InvalidPlanTransitionError) with nothing written.
         """
         ledger = self._pipeline_ledger()
         plan = self.get_plan(require_ulid("plan_id", plan_id))
-        job = ledger.pipeline.start(plan, through, approve_before, actor, approval_timeout)
+        job = ledger.pipeline.start(
+            plan, through, approve_before, actor, approval_timeout, approvals, note
+        )
         return PhaseQueued(plan=self.get_plan(plan.plan_id), job=job)
 
-    def approve_plan(self, plan_id: str, actor: object = None, note: object = None) -> PhaseQueued:
-        """Let a plan waiting at its gate go on: its next phase is queued (compare-and-set).
+    def approve_plan(
+        self,
+        plan_id: str,
+        actor: object = None,
+        note: object = None,
+        *,
+        allow_self: bool = False,
+    ) -> PhaseQueued:
+        """Count an approval; once enough, the next phase is queued (compare-and-set).
 
         A plan that is not waiting, or that someone else decided first, is a
-        NotAwaitingApprovalError, with nothing written.
+        NotAwaitingApprovalError, with nothing written; the pipeline's runner approving
+        its own gate is a SelfApprovalError unless allow_self (PLANQ_APPROVAL_SELF).
         """
         ledger = self._pipeline_ledger()
-        job = ledger.pipeline.decide(self.get_plan(plan_id), True, actor, note)
+        job = ledger.pipeline.decide(
+            self.get_plan(plan_id), True, actor, note, allow_self=allow_self
+        )
         return PhaseQueued(plan=self.get_plan(plan_id), job=job)
 
     def reject_plan(self, plan_id: str, actor: object = None, note: object = None) -> Plan:

@@ -46,6 +46,7 @@ class EventKind(StrEnum):
     retried = "retried"
     done = "done"
     expired = "expired"
+    approval_refused = "approval_refused"  #: four-eyes: the runner may not approve its gate
 
 
 class PlanEvent(BaseModel):
@@ -95,6 +96,23 @@ def check_actor(actor: object) -> str | None:
     if actor is None or actor == "":
         return None
     return check_text("by", actor, MAX_ACTOR_LENGTH)
+
+
+#: The most distinct approvers a gate may ask for.
+MAX_APPROVALS = 10
+
+
+def check_approvals(approvals: object, gate: PlanPhase | None) -> int | None:
+    """How many distinct approvers open the gate (None: one); PipelineError without a gate."""
+    if approvals is None:
+        return None
+    if isinstance(approvals, bool) or not isinstance(approvals, int):
+        raise PipelineError(f"approvals must be a whole number, got {str(approvals)[:40]!r}")
+    if not 1 <= approvals <= MAX_APPROVALS:
+        raise PipelineError(f"approvals must be 1..{MAX_APPROVALS}, got {approvals}")
+    if gate is None and approvals > 1:
+        raise PipelineError("approvals needs approve_before: there is no gate to approve")
+    return approvals
 
 
 def check_note(note: object) -> str | None:

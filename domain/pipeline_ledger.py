@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING
 
 from planq.domain.clock import utcnow
 from planq.domain.errors import (
+    AlreadyApprovedError,
     ConcurrentUpdateError,
     InvalidPlanTransitionError,
     NotAwaitingApprovalError,
     PlanNotFoundError,
+    SelfApprovalError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import (
@@ -29,6 +31,7 @@ from planq.domain.pipeline import (
     Step,
     after_success,
     check_actor,
+    check_approvals,
     check_note,
     first_phase,
     waiting_for,
@@ -103,8 +106,13 @@ class PipelineLedger:
         approve_before: object,
         actor: object = None,
         approval_timeout: object = None,
+        approvals: object = None,
+        note: object = None,
     ) -> AsyncJob:
         """Store the pipeline on the plan and queue its first phase; the job (published).
+
+        `actor` (who runs it, from the credential) is kept on the plan: by the four-eyes
+        rule it may not approve the gate; `approvals` distinct approvers open it (default 1).
 
         Bad input (a phase that is not one, a gate outside (start, through]) is a
         PipelineError and a plan that can run nothing now an InvalidPlanTransitionError,
@@ -119,15 +127,23 @@ class PipelineLedger:
             raise InvalidPlanTransitionError(plan.plan_id, plan.label, "a pipeline")
         request = PipelineRequest.check(start, through, approve_before, approval_timeout)
         who = check_actor(actor)
+        need = check_approvals(approvals, request.gate)
         job = AsyncJob(plan_id=plan.plan_id, phase=start)
         with self.ledger.jobs.transaction():
+            plan.pipeline_started_by = who
+            plan.pipeline_approvals = need
+            plan.pipeline_approved_by = []
             plan.pipeline_through = request.through
             plan.pipeline_gate = request.gate
             plan.pipeline_state = PipelineState.running
             plan.pipeline_approval_timeout = request.approval_timeout
             self._plans.update(plan)  # ConcurrentUpdateError: it moved since it was read
             gate = request.gate.value if request.gate else "none"
-            self._queue(job, who, f"pipeline through {request.through.value}, gate {gate}")
+            said = f"pipeline through {request.through.value}, gate {gate}"
+            if need is not None and need > 1:
+                said += f", {need} approvers"
+            text = check_note(note)
+            self._queue(job, who, f"{said}; {text}" if text else said)
         self._publish([job])
         return job
 
@@ -171,6 +187,7 @@ class PipelineLedger:
         if step is Step.queue_next and following is not None:
             return self._queue(AsyncJob(plan_id=plan.plan_id, phase=following))
         if step is Step.await_approval:
+            plan.pipeline_approved_by = []  # a new wait: nobody has approved it yet
             self._set_state(plan, PipelineState.awaiting_approval)
             self.record(plan.plan_id, EventKind.awaiting_approval, following)
         elif step is Step.done:
@@ -190,55 +207,102 @@ class PipelineLedger:
             self.record(plan.plan_id, _ENDED[status], job.phase, job.job_id, note=error)
 
     # -- the gate: approve or reject, a compare-and-set ---------------------------------------
-    def decide(self, plan: Plan, approve: bool, actor: object, note: object) -> AsyncJob | None:
-        """Approve (queue the next phase) or reject a waiting plan; the job approve queued.
+    def decide(
+        self,
+        plan: Plan,
+        approve: bool,
+        actor: object,
+        note: object,
+        *,
+        allow_self: bool = False,
+    ) -> AsyncJob | None:
+        """Approve (queue the next phase once enough approved) or reject; the job queued.
 
-        A compare-and-set on the plan's version: of two decisions at once one wins and the
-        other is a NotAwaitingApprovalError, as is a plan that is not waiting at all.
+        A compare-and-set on the plan's version: of two decisions at once one wins, and
+        the other reads the plan again: still waiting (a co-approver's partial approval
+        moved it) it counts too, else it is a NotAwaitingApprovalError, as is a plan that
+        is not waiting at all. Four-eyes: unless allow_self, the principal that ran the
+        pipeline may not approve (SelfApprovalError; the refusal is kept in the trail);
+        an approver counts once (AlreadyApprovedError); one reject ends the wait.
         """
         who, text = check_actor(actor), check_note(note)
-        following, since = waiting_for(plan), plan.updated_at  # it waits since then
-        if following is None:
-            state = plan.pipeline_state.value if plan.pipeline_state else "none"
-            raise NotAwaitingApprovalError(plan.plan_id, state)
-        job = AsyncJob(plan_id=plan.plan_id, phase=following) if approve else None
-        try:
-            with self.ledger.jobs.transaction():
-                state = PipelineState.running if approve else PipelineState.rejected
-                self._set_state(plan, state)
-                kind = EventKind.approved if approve else EventKind.rejected
-                self.record(plan.plan_id, kind, following, actor=who, note=text)
-                if job is not None:
-                    self._queue(job, who)
-        except ConcurrentUpdateError:
-            raise NotAwaitingApprovalError(plan.plan_id, "decided by someone else") from None
-        self._observe(kind.value, since)
-        if job is not None:
-            self._publish([job])
-        return job
-
-    # -- stop: a whole-plan cancel ------------------------------------------------------------
-    def stop(self, plan_id: str, actor: object = None) -> tuple[Plan, list[AsyncJob]]:
-        """Stop the plan's pipeline (if active), record who asked; its live jobs, to cancel.
-
-        The caller cancels those jobs through the worker's cancel (the ledger's request,
-        the token, the broadcast), so a running phase stops cooperatively.
-        """
-        who = check_actor(actor)
         for _ in range(_RETRIES):
+            following, since = waiting_for(plan), plan.updated_at  # it waits since then
+            if following is None:
+                state = plan.pipeline_state.value if plan.pipeline_state else "none"
+                raise NotAwaitingApprovalError(plan.plan_id, state)
+            if approve:
+                self._check_approver(plan, who, following, allow_self)
+            need = plan.pipeline_approvals or 1
+            approvers = [*plan.pipeline_approved_by, who or "(unnamed)"]
+            opens = not approve or len(approvers) >= need
+            job = AsyncJob(plan_id=plan.plan_id, phase=following) if approve and opens else None
+            kind = EventKind.approved if approve else EventKind.rejected
+            counted = f"{len(approvers)} of {need} approvals" if approve and need > 1 else None
             try:
                 with self.ledger.jobs.transaction():
-                    plan = self._plans.get(plan_id)
-                    if plan is None:
-                        raise PlanNotFoundError(plan_id)
-                    if plan.pipeline_state in _ACTIVE:
-                        self._set_state(plan, PipelineState.cancelled)
-                    self.record(plan.plan_id, EventKind.cancel_requested, plan.phase, actor=who)
-                live = [j for j in self.ledger.jobs.list_by_plan(plan_id) if not j.is_terminal]
-                return plan, live
+                    if approve:
+                        plan.pipeline_approved_by = approvers
+                    if opens:
+                        state = PipelineState.running if approve else PipelineState.rejected
+                        self._set_state(plan, state)
+                    else:  # a partial approval: the version moves, the wait's start does not
+                        self._plans.update(plan)
+                    joined = "; ".join(t for t in (counted, text) if t) or None
+                    self.record(plan.plan_id, kind, following, actor=who, note=joined)
+                    if job is not None:
+                        self._queue(job, who)
             except ConcurrentUpdateError:
-                continue  # the finish advanced it meanwhile: read it again
-        raise ConcurrentUpdateError(f"plan {plan_id} kept changing while it was cancelled")
+                fresh = self._plans.get(plan.plan_id)
+                if fresh is None:
+                    raise PlanNotFoundError(plan.plan_id) from None
+                if waiting_for(fresh) is None:
+                    raise NotAwaitingApprovalError(
+                        plan.plan_id, "decided by someone else"
+                    ) from None
+                plan = fresh  # still waiting: a co-approver moved it; count this one again
+                continue
+            if opens:
+                self._observe(kind.value, since)
+            if job is not None:
+                self._publish([job])
+            return job
+        raise ConcurrentUpdateError(f"plan {plan.plan_id} kept changing while it was decided")
+
+    def _check_approver(
+        self, plan: Plan, who: str | None, following: PlanPhase, allow_self: bool
+    ) -> None:
+        """Four-eyes: not the runner (the refusal is recorded), and each approver once."""
+        if who is not None and not allow_self and who == plan.pipeline_started_by:
+            self.record(
+                plan.plan_id,
+                EventKind.approval_refused,
+                following,
+                actor=who,
+                note="four-eyes: the principal that ran the pipeline may not approve its gate",
+            )
+            raise SelfApprovalError(plan.plan_id, who)
+        if who is not None and who in plan.pipeline_approved_by:
+            need = plan.pipeline_approvals or 1
+            raise AlreadyApprovedError(plan.plan_id, who, len(plan.pipeline_approved_by), need)
+
+    # -- stop: a whole-plan cancel (JobLedger.cancel_plan, in its transaction) --------------
+    @staticmethod
+    def active(plan: Plan) -> bool:
+        """Whether the plan's pipeline is still going (running, or waiting at its gate)."""
+        return plan.pipeline_state in _ACTIVE
+
+    def stop(self, plan: Plan, who: str | None, note: str | None = None) -> None:
+        """Stop an active pipeline and record who asked, in the caller's transaction.
+
+        The plan's compare-and-set makes a cancel and a decision (or a finish) at once
+        serialise: the one that commits second reads the plan again.
+        """
+        if self.active(plan):
+            self._set_state(plan, PipelineState.cancelled)
+        self.record(
+            plan.plan_id, EventKind.cancel_requested, plan.phase, actor=who, note=check_note(note)
+        )
 
     # -- expiry: a gate nobody decided in time ------------------------------------------------
     def expire_waiting(self, limit: int = 100) -> list[str]:

@@ -159,6 +159,12 @@ class Plan(BaseModel):
     pipeline_state: PipelineState | None = None
     #: Seconds a decision may take once the plan waits at its gate (None: no limit).
     pipeline_approval_timeout: float | None = None
+    #: Who ran the pipeline (the four-eyes rule: not its approver), from the credential.
+    pipeline_started_by: str | None = None
+    #: Distinct approvers the gate needs (None: one).
+    pipeline_approvals: int | None = Field(default=None, ge=1, le=10)
+    #: Who approved the current wait so far, in order (cleared when a wait begins).
+    pipeline_approved_by: list[str] = Field(default_factory=list)
 
     @field_validator("plan_id")
     @classmethod
@@ -171,6 +177,14 @@ class Plan(BaseModel):
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
         return as_utc(value)
+
+    @field_validator("pipeline_approved_by", mode="before")
+    @classmethod
+    def _approvers(cls, value: object) -> object:
+        """The ledger keeps the list as JSON text (NULL: nobody yet)."""
+        if value is None:
+            return []
+        return json.loads(value) if isinstance(value, str) else value
 
     @field_validator("spec_json")
     @classmethod

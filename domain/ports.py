@@ -12,6 +12,7 @@ from planq.domain.availability import Availability
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
+from planq.domain.principals import Principal
 
 
 class CancelOutcome(StrEnum):
@@ -274,3 +275,28 @@ def iter_batches(items: Iterable[str], size: int) -> Iterator[list[str]]:
             batch = []
     if batch:
         yield batch
+
+
+class PrincipalStore(Protocol):
+    """The admin API's principals: a token is found by its hash, never stored itself."""
+
+    def add(self, principal: Principal, token_hash: str) -> None:
+        """Insert a principal; PrincipalError if the name is taken."""
+
+    def find(self, token_hash: str) -> Principal | None:
+        """The principal this token hash stands for (revoked or expired ones too), or None."""
+
+    def get(self, name: str) -> Principal | None:
+        """The principal of this name, or None."""
+
+    def list(self, limit: int = 500) -> list[Principal]:
+        """Principals by name."""
+
+    def revoke(self, name: str) -> bool:
+        """Mark it revoked now; False if no active principal has this name."""
+
+    def touch(self, name: str, at: datetime, every: float) -> None:
+        """Record a use at `at`, writing only if the last one is older than `every` seconds."""
+
+    def rotate(self, name: str, token_hash: str) -> bool:
+        """Replace an active principal's token hash; False if none has this name."""

@@ -120,6 +120,9 @@ _TOKEN_RES: tuple[re.Pattern[str], ...] = (
     re.compile(r"(?<![A-Za-z0-9_])gh[pousr]_[A-Za-z0-9]{36,255}(?![A-Za-z0-9_])"),
     re.compile(r"(?<![A-Za-z0-9_])github_pat_[A-Za-z0-9_]{22,255}(?![A-Za-z0-9_])"),
     re.compile(r"(?<![A-Za-z0-9_-])xox[abeoprs]-[A-Za-z0-9-]+"),
+    # planq's API tokens (domain/principals.py): `planq_` and 43 URL-safe characters, one at
+    # least upper-case or a digit, so a metric's name (planq_jobs_total) stays readable.
+    re.compile(r"(?<![A-Za-z0-9_-])planq_(?=[a-z_-]{0,42}[A-Z0-9])[A-Za-z0-9_-]{43}(?![\w-])"),
     # JWT: base64url JSON objects start "ey" ('{"' gives "eyJ" only when a letter follows).
     re.compile(r"(?<![A-Za-z0-9_-])ey[A-Za-z0-9_-]{10,}\.ey[A-Za-z0-9_-]{2,}\.[A-Za-z0-9_-]*"),
 )

@@ -158,6 +158,10 @@ class PlanModel(Base):
     pipeline_gate: Mapped[str | None] = mapped_column(String(16))
     pipeline_state: Mapped[str | None] = mapped_column(String(24))
     pipeline_approval_timeout: Mapped[float | None] = mapped_column(Float)
+    #: Four-eyes (migration 0013): who ran it, approvers needed, approvers so far (JSON).
+    pipeline_started_by: Mapped[str | None] = mapped_column(String(200))
+    pipeline_approvals: Mapped[int | None] = mapped_column(Integer)
+    pipeline_approved_by: Mapped[str | None] = mapped_column(Text)
     #: When it reached its approval gate; NULL unless waiting there (migration 0012). The
     #: store's own column, written only with the plan: the gate index keys on it, not on
     #: updated_at, which every plan move writes (an update that changes a column any index
@@ -318,3 +322,20 @@ class LedgerAvailabilityModel(Base):
     sweep: Mapped[str] = mapped_column(String(16), primary_key=True)
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     available_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+# -- principals (the admin API's named tokens) ------------------------------------------------
+
+
+class PrincipalModel(Base):
+    """A named API principal: its roles and its token's SHA-256 (never the token; 0013)."""
+
+    __tablename__ = "api_principals"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    roles: Mapped[str] = mapped_column(String(64))  #: space-separated, sorted
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

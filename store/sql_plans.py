@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -47,6 +48,9 @@ def to_values(plan: Plan) -> dict[str, Any]:
     for name in ("pipeline_through", "pipeline_gate", "pipeline_state"):  # enums as text
         value = getattr(plan, name)
         data[name] = value.value if value is not None else None
+    data["pipeline_approved_by"] = (
+        json.dumps(plan.pipeline_approved_by) if plan.pipeline_approved_by else None
+    )
     values = {name: data[name] for name in PLAN_FIELDS}
     waiting = plan.pipeline_state is PipelineState.awaiting_approval
     values["gated_at"] = plan.updated_at if waiting else None  # the gate index's key

@@ -18,7 +18,7 @@ from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
 from planq.domain.errors import LedgerRejectedError
 from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
-from planq.domain.ledger import JobLedger, StuckReport
+from planq.domain.ledger import JobLedger, PlanCancel, StuckReport
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
 from planq.domain.pipeline import EventKind
 from planq.domain.plans import Plan, PlanPhase
@@ -337,7 +337,7 @@ class AsyncWorker:
         return new, True
 
     # -- operator actions --------------------------------------------------------------
-    def cancel_job(self, job_id: str, actor: str | None = None) -> bool:
+    def cancel_job(self, job_id: str, actor: str | None = None, note: str | None = None) -> bool:
         """Record the cancel durably, trip the token here, broadcast; False if unknown/ended.
 
         Written once, here. Counted once: here when this process runs the job or nothing
@@ -347,14 +347,19 @@ class AsyncWorker:
         if not isinstance(job_id, str) or not job_id.strip():
             raise ValueError("job_id must be a non-empty string")
         job_id = job_id.strip().upper()  # normalised once, here at the boundary
-        outcome = self.ledger.cancel(job_id, actor)  # actor: who asked, for a pipeline's trail
+        outcome = self.ledger.cancel(job_id, actor, note)  # who asked, for a pipeline's trail
         if not outcome.accepted:
             metrics.cancel_requested(outcome.value)
             return False
+        self._deliver_cancel(job_id, outcome)
+        return True
+
+    def _deliver_cancel(self, job_id: str, outcome: CancelOutcome) -> None:
+        """After a cancel committed: trip the token here, else broadcast; count it once."""
         ran_here = self.tracker.cancel_local(job_id)
         if ran_here or outcome is CancelOutcome.cancelled or self.broadcast_cancel is None:
             metrics.cancel_requested(outcome.value)
-            return True
+            return
         try:
             self.broadcast_cancel(job_id, outcome)
         except Exception as exc:  # the durable request still reaches it via the heartbeat
@@ -362,17 +367,20 @@ class AsyncWorker:
             logger.warning(
                 "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
             )
-        return True
 
-    def cancel_plan(self, plan_id: str, actor: str | None = None) -> tuple[Plan, list[str]]:
-        """Cancel a whole plan: its pipeline stops, its live phase job is cancelled.
+    def cancel_plan(
+        self, plan_id: str, actor: str | None = None, note: str | None = None
+    ) -> PlanCancel:
+        """Cancel a whole plan: its pipeline stops and its live jobs are cancelled, at once.
 
-        The pipeline's stop and the event (who asked) commit first; then each live job is
-        cancelled as `cancel_job` does (a running one cooperatively, through its token).
-        Returns the plan and the ids of the jobs the cancel reached.
+        One ledger transaction (`JobLedger.cancel_plan`: a queued job ends there, a running
+        one is asked to stop), then each running one's token is tripped or broadcast, as
+        `cancel_job` does. NothingToCancelError when it came too late.
         """
-        plan, live = self.ledger.pipeline.stop(plan_id, actor)
-        return plan, [job.job_id for job in live if self.cancel_job(job.job_id)]
+        landed = self.ledger.cancel_plan(plan_id, actor, note)
+        for job_id, outcome in landed.outcomes.items():
+            self._deliver_cancel(job_id, outcome)
+        return landed
 
     def detect_stuck_jobs(self) -> StuckReport:
         """Fail running jobs whose heartbeat expired; retry them if the policy says so.

@@ -66,7 +66,7 @@ def holds(runtime: Runtime, job_id: str) -> bool:
 
 
 #: Who a revoke nobody recorded came from, in a pipeline's trail (Flower, `celery control`).
-REVOKE_ACTOR = "celery revoke"
+REVOKE_ACTOR = "celery:revoke"
 
 
 def wake(runtime: Runtime, job_id: str) -> None:

@@ -25,6 +25,7 @@ from planq.domain.runs.heartbeat import interval_for
 from planq.store import Database, SqlRunStoreProvider, prepare_partitions, sql_ledger
 from planq.store.ledger_scan import LedgerScan
 from planq.store.migrate import migrate_sqlite
+from planq.store.sql_principals import SqlPrincipalStore
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
 from planq.tasks.publisher import JobPublisher
@@ -119,6 +120,11 @@ class Runtime:
     def runs(self) -> SqlRunStoreProvider:
         """Recoverable runs on this process's ledger (built on first use, same Database)."""
         return SqlRunStoreProvider(self.db, redactor=self.redactor)
+
+    @cached_property
+    def principals(self) -> SqlPrincipalStore:
+        """The admin API's principals (found by token hash per request; same Database)."""
+        return SqlPrincipalStore(self.db)
 
     @cached_property
     def ledger_scan(self) -> LedgerScan:

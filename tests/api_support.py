@@ -22,6 +22,21 @@ from tests.support import wait_for
 TOKEN = "planq-api-test-token"
 
 
+def add_principal(database_url: str, name: str, *roles: str, days: int | None = None) -> str:
+    """A principal in the ledger at database_url, as `planq tokens create` makes one; its token."""
+    from planq.domain.principals import Principal, expiry, new_token, parse_roles, token_hash
+    from planq.store.sql_principals import SqlPrincipalStore
+
+    token = new_token()
+    db = Database(database_url)
+    try:
+        principal = Principal(name=name, roles=parse_roles(list(roles)), expires_at=expiry(days))
+        SqlPrincipalStore(db).add(principal, token_hash(token))
+    finally:
+        db.close()
+    return token
+
+
 class ApiServer:
     """The admin API served by uvicorn on a free loopback port, in a thread of this process."""
 

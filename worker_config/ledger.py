@@ -16,6 +16,7 @@ from planq.store.migrate import migrate_sqlite, upgrade
 
 if TYPE_CHECKING:
     from planq.store.runs_sql import SqlRunStoreProvider
+    from planq.store.sql_principals import SqlPrincipalStore
 
 
 class LedgerReader:
@@ -36,6 +37,13 @@ class LedgerReader:
         from planq.store.runs_sql import SqlRunStoreProvider
 
         return SqlRunStoreProvider(self.db)
+
+    @cached_property
+    def principals(self) -> SqlPrincipalStore:
+        """The admin API's principals (`planq tokens`), on the same Database."""
+        from planq.store.sql_principals import SqlPrincipalStore
+
+        return SqlPrincipalStore(self.db)
 
     def close(self) -> None:
         """Close the connections."""

@@ -101,6 +101,12 @@ class PlanqSettings(BaseSettings):
     api_token: SecretStr | None = None
     #: `planq api`: let reads through without the token (writes always need it).
     api_open_reads: bool = False
+    #: `planq api`: every request needs a principal's token (`planq tokens create`) even
+    #: with PLANQ_API_TOKEN unset; then it may listen beyond loopback, as with the token.
+    api_require_token: bool = False
+    #: Four-eyes: false (the default) refuses the principal that ran a pipeline the
+    #: approval of its gate; true lets it approve (one person alone, a demo).
+    approval_self: bool = False
     #: `planq api`: where operators reach Flower; the dashboard links to it when set.
     flower_url: str = ""
 

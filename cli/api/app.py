@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from planq.cli.api import (
     dashboard,
@@ -16,8 +16,11 @@ from planq.cli.api import (
     routes_ledger,
     routes_pipeline,
     routes_runs,
+    sessions,
     workers,
 )
+from planq.cli.api.access import install_access
+from planq.cli.api.auth import authorize
 from planq.cli.api.docs import install_docs
 from planq.cli.api.errors import install_error_handlers
 from planq.cli.api.same_origin import SameOriginGuard
@@ -52,6 +55,7 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # served by install_docs, without a CDN
         redoc_url=None,
+        dependencies=[Depends(authorize)],  # every route's role: access.py's one table
     )
     app.state.api = state
     install_error_handlers(app)
@@ -63,6 +67,7 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
     app.include_router(workers.router)  # likewise
     app.include_router(dashboard.router)
     app.include_router(metrics_route.router)
+    app.include_router(sessions.router)
     install_docs(app)
 
     @app.get("/healthz", tags=["health"])
@@ -70,4 +75,5 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
         """Liveness only (no ledger or broker call), for container healthchecks."""
         return {"ok": True}
 
+    install_access(app)  # after the last route: a write the table does not name stops here
     return app

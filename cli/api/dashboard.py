@@ -21,7 +21,6 @@ from fastapi.responses import HTMLResponse, Response
 
 from planq.cli import services
 from planq.cli.api import assets, dashboard_pages, fragments, shell, workers
-from planq.cli.api.auth import require_read
 from planq.cli.api.dashboard_pages import ListQuery
 from planq.cli.api.models import FindingOut, RunSummaryOut
 from planq.cli.api.routes_runs import MAX_FINDINGS, recoverable_job
@@ -31,7 +30,6 @@ from planq.cli.context import Planq
 
 router = APIRouter(include_in_schema=False)
 Session = Annotated[Planq, Depends(session)]
-READ = [Depends(require_read)]
 PLANS_SHOWN = 20
 RUNS_SHOWN = 20
 JOBS_SHOWN = 25
@@ -60,7 +58,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Planq], str]]] = {
 }
 
 
-@router.get("/dashboard/fragments/findings", dependencies=READ)
+@router.get("/dashboard/fragments/findings")
 def findings_fragment(
     planq: Session,
     run: Annotated[str, Query(pattern=r"^[^/]{1,200}/[^/]{1,40}$")],
@@ -75,7 +73,7 @@ def findings_fragment(
     return html(fragments.findings_table(job_name, found.id, rows, total, FINDINGS_PAGE, offset))
 
 
-@router.get("/dashboard/fragments/{name}", dependencies=READ)
+@router.get("/dashboard/fragments/{name}")
 def fragment(planq: Session, name: str) -> HTMLResponse:
     """One section's HTML."""
     if name not in SECTIONS:

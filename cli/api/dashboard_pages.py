@@ -20,7 +20,6 @@ from fastapi.responses import HTMLResponse
 
 from planq.cli import services
 from planq.cli.api import detail_html, fragments, listing, pipeline_html
-from planq.cli.api.auth import require_read
 from planq.cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
 from planq.cli.api.routes_ledger import plan_detail
 from planq.cli.api.shell import Section, html, page
@@ -31,7 +30,6 @@ from planq.cli.output import one_line
 
 router = APIRouter(include_in_schema=False)
 Session = Annotated[Planq, Depends(session)]
-READ = [Depends(require_read)]
 #: Rows per page on the listing pages (the overview asks for fewer).
 PAGE_ROWS = 50
 MAX_ROWS = 200
@@ -204,20 +202,20 @@ def _fragment(planq: Planq, render: Callable[[Planq], str]) -> HTMLResponse:
     return html(render(planq))
 
 
-@router.get("/dashboard/fragments/plan/{plan_id}", dependencies=READ)
+@router.get("/dashboard/fragments/plan/{plan_id}")
 def plan_fragment(planq: Session, plan_id: IdPath) -> HTMLResponse:
     """One plan."""
     return _fragment(planq, lambda p: plan_html(p, plan_id))
 
 
-@router.get("/dashboard/fragments/job/{job_id}", dependencies=READ)
+@router.get("/dashboard/fragments/job/{job_id}")
 def job_fragment(request: Request, planq: Session, job_id: IdPath) -> HTMLResponse:
     """One job."""
     flower = str(api_state(request).settings.flower_url or "")
     return _fragment(planq, lambda p: job_html(p, job_id, flower))
 
 
-@router.get("/dashboard/fragments/run/{run_id}", dependencies=READ)
+@router.get("/dashboard/fragments/run/{run_id}")
 def run_fragment(
     planq: Session, run_id: IdPath, offset: Annotated[int, Query(ge=0, le=MAX_PAGE_WINDOW)] = 0
 ) -> HTMLResponse:
@@ -238,9 +236,7 @@ def route_listing(kind: ListingKind) -> None:
 
     fragment.__doc__ = f"One page of {kind.title.lower()}."
     full_page.__doc__ = f"{kind.title}, newest first, paged by key, filtered, or found by id."
-    router.add_api_route(
-        f"/dashboard/fragments/{kind.key}", fragment, methods=["GET"], dependencies=READ
-    )
+    router.add_api_route(f"/dashboard/fragments/{kind.key}", fragment, methods=["GET"])
     router.add_api_route(f"/dashboard/{kind.key}", full_page, methods=["GET"])
 
 

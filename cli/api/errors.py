@@ -14,11 +14,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from planq.cli.api.auth import Unauthorized
+from planq.cli.api.auth import Forbidden, Unauthorized
 from planq.cli.api.state import api_state
 from planq.cli.output import (
     BadInput,
     CliError,
+    Denied,
     Refused,
     TimedOut,
     Unavailable,
@@ -36,6 +37,7 @@ MAX_PROBLEMS = 20
 STATUS_FOR: tuple[tuple[type[CliError], int, str], ...] = (
     (NotFound, 404, "not_found"),
     (BadInput, 422, "bad_input"),
+    (Denied, 403, "forbidden"),
     (Refused, 409, "refused"),
     (TimedOut, 504, "timeout"),
     (Unavailable, 503, "unavailable"),
@@ -110,6 +112,11 @@ async def _unauthorized(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _forbidden(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Forbidden)
+    return JSONResponse(error_body(exc.code, api_state(request).redact(exc.message)), 403)
+
+
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Conflict)
     return JSONResponse(exc.body, status_code=409)
@@ -138,6 +145,7 @@ def install_error_handlers(app: FastAPI) -> None:
     """Register every handler on app."""
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(Unauthorized, _unauthorized)
+    app.add_exception_handler(Forbidden, _forbidden)
     app.add_exception_handler(Conflict, _conflict)
     for exc_type in known_exception_types():
         app.add_exception_handler(exc_type, _known)

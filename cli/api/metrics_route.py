@@ -12,7 +12,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Response
 
-from planq.cli.api.auth import require_read
 from planq.cli.api.state import session
 from planq.cli.context import Planq
 from planq.tasks.metrics import exposition
@@ -20,7 +19,7 @@ from planq.tasks.metrics import exposition
 router = APIRouter()
 
 
-@router.get("/metrics", tags=["health"], dependencies=[Depends(require_read)])
+@router.get("/metrics", tags=["health"])
 def metrics(planq: Annotated[Planq, Depends(session)]) -> Response:
     """Prometheus text: this process's planq metrics and the ledger's approval gate."""
     body, content_type = exposition(planq.ledger.plans.gate_summary)

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 
 from planq.cli import services
-from planq.cli.api.auth import require_read, require_write
+from planq.cli.api.auth import caller
 from planq.cli.api.models import (
     CancelJobOut,
     CleanupOut,
@@ -26,17 +26,17 @@ from planq.cli.api.state import session
 from planq.cli.context import Planq
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.plans import PlanPhase
+from planq.domain.principals import Principal
 
 MAX_PAGE = 500
 
 router = APIRouter(prefix="/api/ledger", tags=["job ledger"])
 Session = Annotated[Planq, Depends(session)]
+Caller = Annotated[Principal, Depends(caller)]
 PlanId = Annotated[str, Path(description="The plan's ULID.")]
 JobId = Annotated[str, Path(description="The job's ULID.")]
 Limit = Annotated[int, Query(ge=1, description=f"Clamped to {MAX_PAGE}.")]
 Offset = Annotated[int, Query(ge=0)]
-READ = [Depends(require_read)]
-WRITE = [Depends(require_write)]
 
 
 def plan_detail(planq: Planq, plan_id: str) -> PlanDetail:
@@ -51,7 +51,7 @@ def plan_detail(planq: Planq, plan_id: str) -> PlanDetail:
     )
 
 
-@router.get("/plans", dependencies=READ)
+@router.get("/plans")
 def list_plans(
     planq: Session,
     limit: Limit = 50,
@@ -75,13 +75,13 @@ def list_plans(
     )
 
 
-@router.post("/plans", dependencies=WRITE, status_code=201)
+@router.post("/plans", status_code=201)
 def create_plan(planq: Session, body: PlanIn) -> PlanOut:
     """Store a new plan (state New); nothing is queued yet."""
     return PlanOut.of(services.create_plan(planq, body.step_dicts(), name=body.name))
 
 
-@router.get("/plans/{plan_id}", dependencies=READ)
+@router.get("/plans/{plan_id}")
 def show_plan(planq: Session, plan_id: PlanId) -> PlanDetail:
     """One plan, with its phase jobs, their progress and checkpoints."""
     return plan_detail(planq, plan_id)
@@ -89,7 +89,6 @@ def show_plan(planq: Session, plan_id: PlanId) -> PlanDetail:
 
 @router.post(
     "/plans/{plan_id}/{phase}",
-    dependencies=WRITE,
     status_code=202,
     responses={404: {}, 409: {}, 422: {}, 503: {}},
 )
@@ -102,7 +101,7 @@ def queue_phase(planq: Session, plan_id: PlanId, phase: PlanPhase) -> QueuedOut:
     return QueuedOut(plan=PlanOut.of(plan), job=JobOut.of(job) if job else None)
 
 
-@router.get("/jobs", dependencies=READ)
+@router.get("/jobs")
 def list_jobs(
     planq: Session,
     status: Annotated[AsyncJobStatus | None, Query()] = None,
@@ -132,31 +131,29 @@ def list_jobs(
     )
 
 
-@router.get("/jobs/{job_id}", dependencies=READ)
+@router.get("/jobs/{job_id}")
 def show_job(planq: Session, job_id: JobId) -> JobDetail:
     """One job: progress, heartbeat, dispatch and cancel facts, its checkpoint, its traceback."""
     return JobDetail.of(services.find_job(planq, job_id))
 
 
-@router.post("/jobs/{job_id}/cancel", dependencies=WRITE, responses={404: {}, 409: {}})
-def cancel_job(planq: Session, job_id: JobId) -> CancelJobOut:
+@router.post("/jobs/{job_id}/cancel", responses={404: {}, 409: {}})
+def cancel_job(planq: Session, job_id: JobId, who: Caller) -> CancelJobOut:
     """A queued job ends now; a running one stops at its next safe point; 409 if ended."""
-    outcome, job = services.cancel_job(planq, job_id, "api")
+    outcome, job = services.cancel_job(planq, job_id, who.actor)
     return CancelJobOut(
         outcome="cancelled" if outcome == "cancelled" else "cancel requested", job=JobOut.of(job)
     )
 
 
-@router.post(
-    "/jobs/{job_id}/retry", dependencies=WRITE, status_code=202, responses={404: {}, 409: {}}
-)
+@router.post("/jobs/{job_id}/retry", status_code=202, responses={404: {}, 409: {}})
 def retry_job(planq: Session, job_id: JobId) -> RetryOut:
     """Queue a new attempt of a failed or cancelled job (from its checkpoint); 409 otherwise."""
     job, published = services.retry_job(planq, job_id)
     return RetryOut(job=JobOut.of(job), published=published)
 
 
-@router.post("/stuck", dependencies=WRITE)
+@router.post("/stuck")
 def detect_stuck(planq: Session) -> StuckOut:
     """Stuck detection now: running jobs whose heartbeat expired become failed."""
     expired, retried = services.detect_stuck(planq)
@@ -167,7 +164,7 @@ def detect_stuck(planq: Session) -> StuckOut:
     )
 
 
-@router.post("/cleanup", dependencies=WRITE)
+@router.post("/cleanup")
 def cleanup(planq: Session) -> CleanupOut:
     """Delete ended jobs older than PLANQ_JOB_TTL now (what beat does periodically)."""
     return CleanupOut(deleted=services.cleanup_jobs(planq), job_ttl_seconds=planq.settings.job_ttl)

@@ -1,8 +1,10 @@
 """The plan pipeline over HTTP: run, approve, reject, cancel a plan, and its audit trail.
 
-Included before the ledger's routes: `/plans/{id}/run` must not be read as a phase. Writes
-need the write token when one is configured, and pass the same-origin guard every write
-has (both are the ledger routes' dependencies); a plan not waiting at its gate is 409.
+Included before the ledger's routes: `/plans/{id}/run` must not be read as a phase. Each
+route's role is in access.py; the actor every event records is the caller's principal
+(`api:NAME`), never a name the body gives: a body's `by` is kept in the note. A plan not
+waiting at its gate is 409, the runner approving its own gate 403 (four-eyes), a cancel
+that came too late 409 with the last job's end.
 """
 
 from __future__ import annotations
@@ -13,17 +15,16 @@ from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, Field
 
 from planq.cli import pipeline_services
-from planq.cli.api.auth import require_read, require_write
+from planq.cli.api.auth import auth_on, caller
 from planq.cli.api.models import JobOut, PlanOut
 from planq.cli.api.state import session
 from planq.cli.context import Planq
+from planq.domain.principals import Principal
 
 router = APIRouter(prefix="/api/ledger", tags=["plan pipeline"])
 Session = Annotated[Planq, Depends(session)]
+Caller = Annotated[Principal, Depends(caller)]
 PlanId = Annotated[str, Path(description="The plan's ULID.")]
-READ = [Depends(require_read)]
-WRITE = [Depends(require_write)]
-API_ACTOR = "api"
 
 
 class RunIn(BaseModel):
@@ -31,21 +32,26 @@ class RunIn(BaseModel):
 
     through: str = Field("apply", max_length=16)
     approve_before: str | None = Field(None, max_length=16)
-    by: str | None = Field(None, max_length=200, description="Who, for the audit trail.")
+    by: str | None = Field(
+        None, max_length=200, description="A note for the audit trail (the actor is the caller)."
+    )
     approval_timeout: float | None = Field(
         None, description="Seconds a decision may take at the gate; then the plan expires."
+    )
+    approvals: int | None = Field(
+        None, ge=1, le=10, description="Distinct approvers the gate needs (default 1)."
     )
 
 
 class DecisionIn(BaseModel):
-    """Who decides, and why."""
+    """Why (the actor is the caller; `by` is kept as part of the note)."""
 
     by: str | None = Field(None, max_length=200)
     note: str | None = Field(None, max_length=2000)
 
 
 class CancelIn(BaseModel):
-    """Who cancels."""
+    """A note (the actor is the caller)."""
 
     by: str | None = Field(None, max_length=200)
 
@@ -63,7 +69,11 @@ class PlanCancelOut(BaseModel):
 
     plan: PlanOut
     pipeline: dict[str, str | None] | None
+    #: "cancelled": nothing of the plan runs now; "cancel requested": a running phase was
+    #: asked to stop and decides at its next safe point (follow its job).
+    outcome: str
     cancelled_jobs: list[str]
+    jobs: dict[str, str] = Field(default_factory=dict, description="Each live job's outcome.")
 
 
 class EventOut(BaseModel):
@@ -78,8 +88,10 @@ class EventOut(BaseModel):
     note: str | None
 
 
-def _actor(by: str | None) -> str:
-    return f"{API_ACTOR}:{by}" if by else API_ACTOR
+def _note(by: str | None, note: str | None = None) -> str | None:
+    """A body's `by` is only text: it joins the note, it never names the actor."""
+    said = f"by: {by}" if by else None
+    return "; ".join(t for t in (said, note) if t) or None
 
 
 def _out(plan: object, job: object | None) -> PipelineOut:
@@ -92,46 +104,76 @@ def _out(plan: object, job: object | None) -> PipelineOut:
 
 @router.post(
     "/plans/{plan_id}/run",
-    dependencies=WRITE,
     status_code=202,
     responses={404: {}, 409: {}, 422: {}, 503: {}},
 )
-def run_plan(planq: Session, plan_id: PlanId, body: RunIn | None = None) -> PipelineOut:
+def run_plan(
+    planq: Session, plan_id: PlanId, who: Caller, body: RunIn | None = None
+) -> PipelineOut:
     """Store a pipeline on the plan and queue its next phase; the rest follow by themselves."""
     body = body or RunIn()
     plan, job = pipeline_services.run_plan(
-        planq, plan_id, body.through, body.approve_before, _actor(body.by), body.approval_timeout
+        planq,
+        plan_id,
+        body.through,
+        body.approve_before,
+        who.actor,
+        body.approval_timeout,
+        approvals=body.approvals,
+        note=_note(body.by),
     )
     return _out(plan, job)
 
 
-@router.post("/plans/{plan_id}/approve", dependencies=WRITE, responses={404: {}, 409: {}})
-def approve_plan(planq: Session, plan_id: PlanId, body: DecisionIn | None = None) -> PipelineOut:
-    """Let a plan waiting at its gate go on; 409 if it is not waiting (or was decided)."""
+@router.post("/plans/{plan_id}/approve", responses={403: {}, 404: {}, 409: {}})
+def approve_plan(
+    planq: Session, plan_id: PlanId, who: Caller, body: DecisionIn | None = None
+) -> PipelineOut:
+    """Count the caller's approval; with enough, the next phase is queued.
+
+    409 if it is not waiting (or was decided), or this principal already approved; 403 if
+    it ran the pipeline (four-eyes; no-token mode has one principal, so the rule is off).
+    """
     body = body or DecisionIn()
-    plan, job = pipeline_services.decide(planq, plan_id, True, _actor(body.by), body.note)
+    allow_self = planq.settings.approval_self or not auth_on(planq.settings)
+    plan, job = pipeline_services.decide(
+        planq, plan_id, True, who.actor, _note(body.by, body.note), allow_self=allow_self
+    )
     return _out(plan, job)
 
 
-@router.post("/plans/{plan_id}/reject", dependencies=WRITE, responses={404: {}, 409: {}})
-def reject_plan(planq: Session, plan_id: PlanId, body: DecisionIn | None = None) -> PipelineOut:
-    """Stop a plan waiting at its gate; 409 if it is not waiting (or was decided)."""
+@router.post("/plans/{plan_id}/reject", responses={404: {}, 409: {}})
+def reject_plan(
+    planq: Session, plan_id: PlanId, who: Caller, body: DecisionIn | None = None
+) -> PipelineOut:
+    """Stop a plan waiting at its gate (one reject ends the wait); 409 if it is not waiting."""
     body = body or DecisionIn()
-    plan, _ = pipeline_services.decide(planq, plan_id, False, _actor(body.by), body.note)
+    plan, _ = pipeline_services.decide(planq, plan_id, False, who.actor, _note(body.by, body.note))
     return _out(plan, None)
 
 
-@router.post("/plans/{plan_id}/cancel", dependencies=WRITE, responses={404: {}})
-def cancel_plan(planq: Session, plan_id: PlanId, body: CancelIn | None = None) -> PlanCancelOut:
-    """Cancel the whole plan: its pipeline stops, its running phase is cancelled."""
+@router.post("/plans/{plan_id}/cancel", responses={403: {}, 404: {}, 409: {}})
+def cancel_plan(
+    planq: Session, plan_id: PlanId, who: Caller, body: CancelIn | None = None
+) -> PlanCancelOut:
+    """Cancel the whole plan: its pipeline stops, its live jobs are cancelled, at once.
+
+    409 when it came too late (the pipeline ended and no job is live), with the last
+    job's end; a landed cancel is recorded once, with the caller as its actor.
+    """
     body = body or CancelIn()
-    plan, cancelled = pipeline_services.cancel_plan(planq, plan_id, _actor(body.by))
+    landed = pipeline_services.cancel_plan(planq, plan_id, who.actor, _note(body.by))
+    plan = landed.plan
     return PlanCancelOut(
-        plan=PlanOut.of(plan), pipeline=plan.pipeline_dict(), cancelled_jobs=cancelled
+        plan=PlanOut.of(plan),
+        pipeline=plan.pipeline_dict(),
+        outcome="cancelled" if landed.finished else "cancel requested",
+        cancelled_jobs=list(landed.outcomes),
+        jobs={job_id: o.value for job_id, o in landed.outcomes.items()},
     )
 
 
-@router.get("/plans/{plan_id}/events", dependencies=READ, responses={404: {}})
+@router.get("/plans/{plan_id}/events", responses={404: {}})
 def plan_events(planq: Session, plan_id: PlanId) -> list[EventOut]:
     """The plan's audit trail, oldest first."""
     return [

@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Path, Query
 
 from planq.cli import services
-from planq.cli.api.auth import require_read, require_write
 from planq.cli.api.errors import Conflict
 from planq.cli.api.models import (
     CancelRunOut,
@@ -35,8 +34,6 @@ router = APIRouter(prefix="/api/admin/jobs", tags=["recoverable runs"])
 Session = Annotated[Planq, Depends(session)]
 Name = Annotated[str, Path(min_length=1, max_length=200, description="The job's stable name.")]
 RunId = Annotated[str, Path(description="The run's ULID.")]
-READ = [Depends(require_read)]
-WRITE = [Depends(require_write)]
 
 
 def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
@@ -61,7 +58,7 @@ def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
     )
 
 
-@router.get("", dependencies=READ, response_model_exclude_none=True)
+@router.get("", response_model_exclude_none=True)
 def list_recoverable_jobs(planq: Session) -> list[RecoverableJobOut]:
     """Every registered recoverable job, with the badge of its last outcome."""
     from planq.tasks.recoverable import registered_jobs
@@ -71,7 +68,6 @@ def list_recoverable_jobs(planq: Session) -> list[RecoverableJobOut]:
 
 @router.post(
     "/{name}/trigger",
-    dependencies=WRITE,
     status_code=202,
     response_model_exclude_none=True,
     responses={409: {"model": TriggerSkipped}, 404: {}, 422: {}, 503: {}},
@@ -119,13 +115,13 @@ def trigger(
     )
 
 
-@router.post("/{name}/cancel", dependencies=WRITE, responses={409: {}, 404: {}})
+@router.post("/{name}/cancel", responses={409: {}, 404: {}})
 def cancel(planq: Session, name: Name) -> CancelRunOut:
     """Ask the Running run to stop at its next batch (it ends Paused, cursor kept)."""
     return CancelRunOut(job_name=name, run_id=services.cancel_run(planq, name))
 
 
-@router.get("/{name}/runs", dependencies=READ, response_model_exclude_none=True)
+@router.get("/{name}/runs", response_model_exclude_none=True)
 def list_runs(
     planq: Session,
     name: Name,
@@ -137,13 +133,13 @@ def list_runs(
     return [RunSummaryOut.of(r) for r in runs]
 
 
-@router.get("/{name}/runs/{run_id}", dependencies=READ, response_model_exclude_none=True)
+@router.get("/{name}/runs/{run_id}", response_model_exclude_none=True)
 def get_run(planq: Session, name: Name, run_id: RunId) -> RunSummaryOut:
     """One run of the job (404 if unknown, purged, or another job's)."""
     return RunSummaryOut.of(services.find_run(planq, run_id, job_name=name))
 
 
-@router.get("/{name}/runs/{run_id}/findings", dependencies=READ, response_model_exclude_none=True)
+@router.get("/{name}/runs/{run_id}/findings", response_model_exclude_none=True)
 def findings(
     planq: Session,
     name: Name,
@@ -170,7 +166,7 @@ def findings(
     )
 
 
-@router.post("/runs/purge", dependencies=WRITE)
+@router.post("/runs/purge")
 def purge(
     planq: Session,
     retention_days: Annotated[

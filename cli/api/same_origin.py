@@ -26,7 +26,7 @@ from starlette.requests import HTTPConnection
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from planq.cli.api.auth import configured_token
+from planq.cli.api.auth import auth_on
 from planq.cli.api.csrf import CSRF_HEADER, CsrfTokens
 from planq.cli.api.errors import error_body
 from planq.cli.api.state import ApiState
@@ -109,7 +109,7 @@ class SameOriginGuard:
         self.state = state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and configured_token(self.state.settings) is None:
+        if scope["type"] == "http" and not auth_on(self.state.settings):
             refused = refusal(scope, self.state.csrf)
             if refused is not None:
                 code, message = refused

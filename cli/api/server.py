@@ -23,10 +23,10 @@ def is_loopback(host: str) -> bool:
 
 
 def choose_bind(host: str, settings: Any) -> tuple[str, str | None]:
-    """(host to bind, warning): without PLANQ_API_TOKEN the API binds to loopback only."""
-    from planq.cli.api.auth import configured_token
+    """(host to bind, warning): without auth (no token asked) the API binds to loopback only."""
+    from planq.cli.api.auth import auth_on
 
-    if configured_token(settings) is not None:
+    if auth_on(settings):
         return host, None
     if is_loopback(host):
         return host, f"PLANQ_API_TOKEN is not set: no auth, listening on loopback ({host}) only"
@@ -53,6 +53,6 @@ def api_command(
     if note:
         warn(note)
     reads = "open" if settings.api_open_reads else "need the token"
-    auth = "no token" if note else f"bearer token required for writes; reads {reads}"
+    auth = "no token" if note else f"a principal's bearer token for writes; reads {reads}"
     typer.echo(f"planq api on http://{bind}:{port}/ ({auth}); OpenAPI at /docs", err=True)
     uvicorn.run(create_api(settings=settings), host=bind, port=port, log_level=log_level)

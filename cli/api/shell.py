@@ -17,7 +17,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 
 from planq.cli.api import fragments
-from planq.cli.api.auth import configured_token, reads_need_token
+from planq.cli.api.auth import auth_on, reads_need_token
 from planq.cli.api.csrf import CsrfTokens
 from planq.cli.api.state import api_state
 from planq.cli.context import Planq
@@ -65,7 +65,7 @@ def csrf_cookie(request: Request) -> tuple[str, str] | None:
 
     With a token configured the buttons send the bearer token, which no other site can attach.
     """
-    if configured_token(api_state(request).settings) is not None:
+    if auth_on(api_state(request).settings):
         return None
     name = CsrfTokens.cookie_name(request.scope)
     return name, CsrfTokens.nonce(request.cookies.get(name))

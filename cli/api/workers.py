@@ -24,7 +24,6 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
 
 from planq.cli import services
-from planq.cli.api.auth import require_read
 from planq.cli.api.celery_view import CeleryAsker, CeleryView
 from planq.cli.api.fragments import ago, job_link, utc, when
 from planq.cli.api.shell import Section, html, page
@@ -160,7 +159,7 @@ def workers_section(request: Request) -> Section:
     )
 
 
-@router.get("/dashboard/fragments/workers", dependencies=[Depends(require_read)])
+@router.get("/dashboard/fragments/workers")
 def workers_fragment(request: Request, planq: Annotated[Planq, Depends(session)]) -> HTMLResponse:
     """The worker status."""
     return html(workers_html(planq, api_state(request).celery))

@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from planq.tasks.runtime import Runtime
-from tests.api_support import ApiServer
+from tests.api_support import ApiServer, add_principal
 from tests.integration import test_api as api_tests
 from tests.support import wait_for
 
@@ -50,12 +50,16 @@ def new_plan(api: ApiServer) -> str:
 
 
 def test_a_pipeline_through_the_api_waits_is_approved_once_and_keeps_its_trail(
-    api: ApiServer, runtime: Runtime
+    api: ApiServer, runtime: Runtime, ledger_url: str
 ) -> None:
+    """Principal ci runs, ann approves: the trail names the credentials, whatever `by` says."""
+    ci = add_principal(ledger_url, "ci", "operate")
+    ann = add_principal(ledger_url, "ann", "approve")
+    bob = add_principal(ledger_url, "bob", "approve")
     plan_id = new_plan(api)
-    body = {"through": "apply", "approve_before": "apply", "by": "ci"}
+    body = {"through": "apply", "approve_before": "apply", "by": "mallory"}
     assert api.post(f"/api/ledger/plans/{plan_id}/run", json=body, token=None).status_code == 401
-    started = api.post(f"/api/ledger/plans/{plan_id}/run", json=body)
+    started = api.post(f"/api/ledger/plans/{plan_id}/run", json=body, token=ci)
     assert started.status_code == 202, started.text
     assert started.json()["job"]["phase"] == "strategize"
     waiting = pipeline_of(api, plan_id, "awaiting_approval")
@@ -67,10 +71,13 @@ def test_a_pipeline_through_the_api_waits_is_approved_once_and_keeps_its_trail(
 
     unauth = api.post(f"/api/ledger/plans/{plan_id}/approve", json={}, token=None)
     assert unauth.status_code == 401
-    approved = api.post(f"/api/ledger/plans/{plan_id}/approve", json={"by": "ann", "note": "ok"})
+    operator = api.post(f"/api/ledger/plans/{plan_id}/approve", json={}, token=ci)
+    assert operator.status_code == 403 and operator.json()["error"] == "forbidden", operator.text
+    approve = {"by": "mallory", "note": "ok"}
+    approved = api.post(f"/api/ledger/plans/{plan_id}/approve", json=approve, token=ann)
     assert approved.status_code == 200, approved.text
     assert approved.json()["job"]["phase"] == "apply"
-    again = api.post(f"/api/ledger/plans/{plan_id}/approve", json={"by": "bob"})
+    again = api.post(f"/api/ledger/plans/{plan_id}/approve", json={"by": "ann"}, token=bob)
     assert again.status_code == 409 and again.json()["error"] == "refused", again.text
     assert metric(api, wait_count, decision="approved") == approvals + 1  # the refusal: none
     assert metric(api, "planq_plans_awaiting_approval") == 0
@@ -82,8 +89,9 @@ def test_a_pipeline_through_the_api_waits_is_approved_once_and_keeps_its_trail(
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "queued" and kinds[-1] == "done"
     approval = next(e for e in events if e["kind"] == "approved")
-    assert (approval["actor"], approval["note"]) == ("api:ann", "ok")
-    assert events[0]["actor"] == "api:ci"
+    assert (approval["actor"], approval["note"]) == ("api:ann", "by: mallory; ok")
+    assert events[0]["actor"] == "api:ci" and "by: mallory" in events[0]["note"]
+    assert "mallory" not in {e["actor"] for e in events}
 
 
 def test_bad_phases_are_422_and_reject_and_cancel_end_the_pipeline(
@@ -113,12 +121,19 @@ def test_bad_phases_are_422_and_reject_and_cancel_end_the_pipeline(
     cancelled = api.post(f"/api/ledger/plans/{other}/cancel", json={"by": "ops"})
     assert cancelled.status_code == 200, cancelled.text
     assert cancelled.json()["pipeline"]["state"] == "cancelled"
+    assert cancelled.json()["outcome"] == "cancelled"
     last = api.get(f"/api/ledger/plans/{other}/events").json()[-1]
-    assert (last["kind"], last["actor"]) == ("cancel_requested", "api:ops")
+    assert (last["kind"], last["actor"], last["note"]) == (
+        "cancel_requested",
+        "api:default",  # PLANQ_API_TOKEN's principal, whatever `by` says
+        "by: ops",
+    )
+    late = api.post(f"/api/ledger/plans/{other}/cancel", json={})
+    assert late.status_code == 409 and "nothing to cancel" in late.json()["message"], late.text
 
 
 def test_the_plan_page_shows_the_gate_and_its_buttons_approve_it(
-    api: ApiServer, runtime: Runtime
+    api: ApiServer, runtime: Runtime, ledger_url: str
 ) -> None:
     plan_id = new_plan(api)
     page = api.get(f"/dashboard/fragments/plan/{plan_id}")  # the page's content
@@ -130,7 +145,8 @@ def test_the_plan_page_shows_the_gate_and_its_buttons_approve_it(
     approve = f'data-post="/api/ledger/plans/{plan_id}/approve"'
     assert approve in page and f'data-post="/api/ledger/plans/{plan_id}/reject"' in page
     assert 'data-event="awaiting_approval"' in page
-    clicked = api.post(f"/api/ledger/plans/{plan_id}/approve")  # as the button sends it: no body
+    approver = add_principal(ledger_url, "reviewer", "approve")  # not the runner: four-eyes
+    clicked = api.post(f"/api/ledger/plans/{plan_id}/approve", token=approver)  # no body
     assert clicked.status_code == 200, clicked.text
     pipeline_of(api, plan_id, "done")
     page = api.get(f"/dashboard/fragments/plan/{plan_id}").text

@@ -6,6 +6,10 @@ broker consumer): the CLI is what is tested, its exit codes and its JSON.
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from planq.domain.config import AsyncWorkerConfig
 from planq.domain.jobs import AsyncJobStatus
 from planq.tasks.engine import AsyncWorker
@@ -25,9 +29,17 @@ def run_queued(led: Ledger, plan_id: str) -> None:
             assert worker.run_job(job.job_id).value == "succeeded"
 
 
+def as_user(monkeypatch: pytest.MonkeyPatch, name: str) -> str:
+    """Run the next CLI calls as OS user `name` (getpass reads LOGNAME first); its actor."""
+    monkeypatch.setenv("LOGNAME", name)
+    return f"cli:{name}@{socket.gethostname()}"
+
+
 def test_the_cli_runs_a_pipeline_to_its_gate_and_approves_it_once(
-    ledger: Ledger, env: dict[str, str]
+    ledger: Ledger, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """ann runs, ann may not approve (four-eyes), bob does: actors are OS users, not --by."""
+    ann = as_user(monkeypatch, "ann")
     plan_id = cli_tests.ok_json("plans", "create", "--steps", "a")["plan_id"]
     started = cli_tests.ok_json(
         "plans",
@@ -38,7 +50,7 @@ def test_the_cli_runs_a_pipeline_to_its_gate_and_approves_it_once(
         "--approve-before",
         "execute",
         "--by",
-        "ann",
+        "mallory",
     )
     assert started["job"]["phase"] == "strategize"
     assert started["plan"]["pipeline"]["state"] == "running"
@@ -47,6 +59,9 @@ def test_the_cli_runs_a_pipeline_to_its_gate_and_approves_it_once(
     assert shown["pipeline"]["state"] == "awaiting_approval"
     assert shown["state"] == "Strategize/COMPLETE"
 
+    line = cli_tests.fails(1, "plans", "approve", plan_id, "--by", "bob")
+    assert "forbidden" in line and "four-eyes" in line
+    bob = as_user(monkeypatch, "bob")
     approved = cli_tests.ok_json("plans", "approve", plan_id, "--by", "bob", "--note", "go")
     assert approved["job"]["phase"] == "execute"
     line = cli_tests.fails(1, "plans", "approve", plan_id, "--by", "carl")
@@ -55,8 +70,10 @@ def test_the_cli_runs_a_pipeline_to_its_gate_and_approves_it_once(
     shown = cli_tests.ok_json("plans", "show", plan_id)
     assert shown["pipeline"]["state"] == "done" and shown["state"] == "Execute/COMPLETE"
     decided = [e for e in shown["events"] if e["kind"] == "approved"]
-    assert [(e["actor"], e["note"]) for e in decided] == [("bob", "go")]
-    assert shown["events"][0]["actor"] == "ann"
+    assert [(e["actor"], e["note"]) for e in decided] == [(bob, "by: bob; go")]
+    assert shown["events"][0]["actor"] == ann
+    refused = [e for e in shown["events"] if e["kind"] == "approval_refused"]
+    assert [e["actor"] for e in refused] == [ann]
 
 
 def test_bad_phases_exit_2_and_reject_and_cancel_end_the_pipeline(
@@ -80,6 +97,7 @@ def test_bad_phases_exit_2_and_reject_and_cancel_end_the_pipeline(
     cli_tests.ok_json("plans", "run", other, "--through", "apply")
     cancelled = cli_tests.ok_json("plans", "cancel", other, "--by", "ops")
     assert cancelled["plan"]["pipeline"]["state"] == "cancelled"
-    assert len(cancelled["cancelled_jobs"]) == 1
+    assert len(cancelled["cancelled_jobs"]) == 1 and cancelled["outcome"] == "cancelled"
+    assert "nothing to cancel" in cli_tests.fails(1, "plans", "cancel", other)
     (job,) = ledger.jobs.list_by_plan(other)
     assert job.status is AsyncJobStatus.cancelled

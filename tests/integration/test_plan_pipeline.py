@@ -265,8 +265,8 @@ def test_cancel_while_waiting_stops_the_pipeline(runtime: Runtime) -> None:
     plan = new_plan(runtime)
     runtime.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="apply")
     pipeline_reaches(runtime, plan.plan_id, PipelineState.awaiting_approval)
-    stopped, cancelled = runtime.worker.cancel_plan(plan.plan_id, actor="erin")
-    assert stopped.pipeline_state is PipelineState.cancelled and cancelled == []
+    landed = runtime.worker.cancel_plan(plan.plan_id, actor="erin")
+    assert landed.plan.pipeline_state is PipelineState.cancelled and landed.outcomes == {}
     with pytest.raises(NotAwaitingApprovalError):
         runtime.lifecycle.approve_plan(plan.plan_id)
     last = runtime.lifecycle.plan_events(plan.plan_id)[-1]
@@ -288,8 +288,10 @@ def test_cancel_while_a_phase_runs_cancels_it_and_stops_the_pipeline(
             )
 
         wait_for(execute_running, timeout=30, what="execute to run")
-        stopped, cancelled = rt.worker.cancel_plan(plan.plan_id, actor="frank")
-        assert stopped.pipeline_state is PipelineState.cancelled and len(cancelled) == 1
+        landed = rt.worker.cancel_plan(plan.plan_id, actor="frank")
+        assert landed.plan.pipeline_state is PipelineState.cancelled
+        cancelled = list(landed.outcomes)
+        assert len(cancelled) == 1 and not landed.finished
         row = wait_for(
             lambda: (
                 (j := rt.jobs.get(cancelled[0])) is not None
