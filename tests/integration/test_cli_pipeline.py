@@ -38,7 +38,7 @@ def as_user(monkeypatch: pytest.MonkeyPatch, name: str) -> str:
 def test_the_cli_runs_a_pipeline_to_its_gate_and_approves_it_once(
     ledger: Ledger, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ann runs, ann may not approve (four-eyes), bob does: actors are OS users, not --by."""
+    """The runner (ann) may not approve (four-eyes), bob does; actors are OS users, not --by."""
     ann = as_user(monkeypatch, "ann")
     plan_id = cli_tests.ok_json("plans", "create", "--steps", "a")["plan_id"]
     started = cli_tests.ok_json(
