@@ -7,6 +7,7 @@ cancel); a plan not waiting at its gate is Refused (exit 1, HTTP 409).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from planq.cli.context import Planq
@@ -74,10 +75,46 @@ def decide(
 def cancel_plan(session: Planq, plan_id: str, actor: str, note: str | None = None) -> Any:
     """The PlanCancel that landed: the pipeline stopped, its live jobs cancelled at once.
 
-    Refused (409) when it came too late: the pipeline ended and nothing is live.
+    A running phase is asked to stop; the answer waits for it (PLANQ_CANCEL_WAIT seconds)
+    so that it says what happened: cancelled, or Refused (409) when the phase finished
+    first (the request stays in the trail; the pipeline ends as its phase did), or still
+    "cancel requested" after the wait. Refused at once when the pipeline had ended and
+    nothing is live.
     """
     plan = find_plan(session, plan_id)
-    return session.runtime.worker.cancel_plan(plan.plan_id, actor, note)
+    landed = session.runtime.worker.cancel_plan(plan.plan_id, actor, note)
+    return _settle(session, landed, float(session.settings.cancel_wait))
+
+
+def _settle(session: Planq, landed: Any, wait: float) -> Any:
+    """The cancel's answer once its running jobs ended (or the wait is over)."""
+    from planq.domain.ledger import PlanCancel
+    from planq.domain.ports import CancelOutcome
+
+    asked = [j for j, o in landed.outcomes.items() if o is CancelOutcome.requested]
+    deadline = time.monotonic() + wait
+    ends: dict[str, Any] = {}
+    while asked and len(ends) < len(asked):
+        for job_id in asked:
+            job = session.runtime.jobs.get(job_id)
+            if job is None or job.is_terminal:
+                ends[job_id] = job
+        if len(ends) < len(asked) and time.monotonic() >= deadline:
+            return landed  # still stopping: "cancel requested", follow its job
+        if len(ends) < len(asked):
+            time.sleep(0.05)
+    for job_id, job in ends.items():
+        if job is not None and job.status.value != "cancelled":
+            at = job.finished_at.isoformat() if job.finished_at else "?"
+            raise Refused(
+                f"the cancel came too late: plan {landed.plan.plan_id}'s {job.phase.value} job "
+                f"{job_id} ended {job.status.value} at {at} before it reached a safe point "
+                "(the request is in the plan's events)"
+            )
+    if not asked:
+        return landed
+    outcomes = {**landed.outcomes, **dict.fromkeys(asked, CancelOutcome.cancelled)}
+    return PlanCancel(session.runtime.plans.get(landed.plan.plan_id), outcomes)
 
 
 def plan_events(session: Planq, plan_id: str) -> list[Any]:

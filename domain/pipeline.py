@@ -201,6 +201,19 @@ def after_success(plan: Plan, phase: PlanPhase) -> tuple[Step, PlanPhase | None]
     return Step.queue_next, following
 
 
+def finished_despite_cancel(plan: Plan, phase: PlanPhase) -> bool:
+    """Whether a cancelled pipeline's last phase succeeded anyway (asked too late to stop).
+
+    Then the pipeline is done, not cancelled: everything it was to run has run.
+    """
+    return (
+        plan.pipeline_state is PipelineState.cancelled
+        and plan.pipeline_through is phase
+        and plan.phase is phase
+        and plan.status is PlanStatus.complete
+    )
+
+
 @dataclass(frozen=True)
 class GateSummary:
     """The plans waiting at an approval gate, read for the metrics endpoint's gauges.

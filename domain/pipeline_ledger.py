@@ -30,6 +30,7 @@ from planq.domain.pipeline import (
     PlanEvent,
     Step,
     after_success,
+    finished_despite_cancel,
     check_actor,
     check_approvals,
     check_note,
@@ -56,6 +57,7 @@ _ENDED = {
 }
 _ACTIVE = (PipelineState.running, PipelineState.awaiting_approval)
 _RETRIES = 5
+TOO_LATE = "the cancel came too late: the last phase finished before a safe point"
 
 
 class PipelineLedger:
@@ -183,6 +185,10 @@ class PipelineLedger:
         self.ended(plan, job, status, error)
         if status is not AsyncJobStatus.succeeded:
             return None  # a failed or cancelled phase stops it; `jobs retry` resumes it
+        if finished_despite_cancel(plan, job.phase):
+            self._set_state(plan, PipelineState.done)  # its last phase did all its work
+            self.record(plan.plan_id, EventKind.done, job.phase, note=TOO_LATE)
+            return None
         step, following = after_success(plan, job.phase)
         if step is Step.queue_next and following is not None:
             return self._queue(AsyncJob(plan_id=plan.plan_id, phase=following))

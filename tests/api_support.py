@@ -25,8 +25,10 @@ TOKEN = "planq-api-test-token"
 def add_principal(database_url: str, name: str, *roles: str, days: int | None = None) -> str:
     """A principal in the ledger at database_url, as `planq tokens create` makes one; its token."""
     from planq.domain.principals import Principal, expiry, new_token, parse_roles, token_hash
+    from planq.store.migrate import migrate_sqlite
     from planq.store.sql_principals import SqlPrincipalStore
 
+    migrate_sqlite(database_url)  # a fresh SQLite file: as the CLI would, migrate it first
     token = new_token()
     db = Database(database_url)
     try:

@@ -104,6 +104,9 @@ class PlanqSettings(BaseSettings):
     #: `planq api`: every request needs a principal's token (`planq tokens create`) even
     #: with PLANQ_API_TOKEN unset; then it may listen beyond loopback, as with the token.
     api_require_token: bool = False
+    #: A whole-plan cancel that asks a running phase to stop waits this long for its end, so
+    #: its answer says cancelled or too late (CLI and API); 0: answer at once.
+    cancel_wait: float = _seconds(5.0, ge=0)
     #: Four-eyes: false (the default) refuses the principal that ran a pipeline the
     #: approval of its gate; true lets it approve (one person alone, a demo).
     approval_self: bool = False
