@@ -30,10 +30,10 @@ from planq.domain.pipeline import (
     PlanEvent,
     Step,
     after_success,
-    finished_despite_cancel,
     check_actor,
     check_approvals,
     check_note,
+    finished_despite_cancel,
     first_phase,
     waiting_for,
 )
