@@ -63,7 +63,6 @@ h3 { font-size: .95rem; margin: .8rem 0 .3rem; }
 JS = r"""
 (() => {
   "use strict";
-  const KEY = "planq-api-token";
   const body = document.body;
   const every = Number(body.dataset.refreshMs || 2000);
   const shown = new Map();
@@ -71,18 +70,55 @@ JS = r"""
   let follow = null;  // the row the last action was about: its notice follows its status
 
   const hash = new URLSearchParams(location.hash.slice(1));
-  if (hash.has("token")) {  // a link with #token=… (never sent to a server): this tab only
-    sessionStorage.setItem(KEY, hash.get("token"));
-  }
+  const linked = hash.get("token");  // a link with #token=… (a fragment: never sent itself)
   if (hash.has("findings")) findings = { run: hash.get("findings"), offset: "0" };
-  if (sessionStorage.getItem(KEY)) document.getElementById("token-form").hidden = true;
   if (hash.has("token") || hash.has("findings")) {
     history.replaceState(null, "", location.pathname + location.search);
   }
-  const auth = () => {
-    const token = sessionStorage.getItem(KEY);
-    return token ? { Authorization: "Bearer " + token } : {};
-  };
+  // The credential is the session cookie (HttpOnly: this script never holds a token).
+  const auth = () => ({});
+  let roles = null;  // the signed-in principal's roles; null: not known yet
+  const may = (role) => !role || role === "read" || (roles !== null &&
+    (roles.includes("admin") || roles.includes(role)));
+  function grey() {  // a button whose route's role the principal lacks is shown, but off
+    document.querySelectorAll("button[data-role]").forEach((b) => {
+      const allowed = roles === null || may(b.dataset.role);
+      b.disabled = !allowed;
+      b.title = allowed ? "" : "needs the " + b.dataset.role + " role";
+    });
+  }
+  async function whoami() {
+    const who = document.getElementById("who");
+    try {
+      const response = await fetch("/api/whoami", { cache: "no-store" });
+      if (!response.ok) {
+        roles = [];
+        who.textContent = "";
+        document.getElementById("sign-out").hidden = true;
+        return;
+      }
+      const doc = await response.json();
+      roles = doc.roles;
+      who.textContent = doc.auth ? "signed in as " + doc.name + " (" + doc.roles.join(", ") +
+        ")" : "no-token mode (local)";
+      document.getElementById("sign-out").hidden = !doc.auth;
+      document.getElementById("token-form").hidden = true;
+    } catch (_) {
+      // the sections say the API does not answer
+    }
+    grey();
+  }
+  async function signIn(token) {
+    const response = await fetch("/dashboard/session", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ token: token }),
+      credentials: "same-origin",
+    });
+    if (!response.ok) say(await message(response), true);
+    await whoami();
+    refresh();
+  }
   // without PLANQ_API_TOKEN the page carries a CSRF token (bound to its cookie) for writes
   const csrf = document.querySelector('meta[name="planq-csrf"]');
   const writeHeaders = () =>
@@ -125,6 +161,7 @@ JS = r"""
     if (shown.get(el.id) !== html) {  // swap only what changed: no flicker, no full reload
       el.innerHTML = html;
       shown.set(el.id, html);
+      grey();
     }
     return refused;
   }
@@ -226,15 +263,19 @@ JS = r"""
       findings = { run: button.dataset.findings, offset: button.dataset.offset || "0" };
       loadFindings();
     } else if (button.id === "save-token") {
-      sessionStorage.setItem(KEY, document.getElementById("token").value.trim());
-      document.getElementById("token-form").hidden = true;
-      refresh();
+      const field = document.getElementById("token");
+      const token = field.value.trim();
+      field.value = "";
+      signIn(token);
+    } else if (button.id === "sign-out") {
+      fetch("/dashboard/session/end", { method: "POST", credentials: "same-origin" })
+        .then(() => whoami()).then(() => refresh());
     }
   });
   const loop = async () => {
     await refresh();
     setTimeout(loop, every);
   };
-  loop();
+  (linked ? signIn(linked) : whoami()).then(loop);
 })();
 """

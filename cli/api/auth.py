@@ -131,7 +131,10 @@ def authorize(request: Request) -> None:
         if role is Role.read and settings.api_open_reads:
             request.state.principal = ANONYMOUS
             return
-        raise Unauthorized("this route needs `Authorization: Bearer <token>`")
+        raise Unauthorized(
+            "this route needs `Authorization: Bearer <token>`: PLANQ_API_TOKEN or a "
+            "principal's (`planq tokens create`)"
+        )
     via, token = credential
     principal = principal_for(request, token)
     if via == "cookie" and request.method not in SAFE_METHODS and not _same_origin(request):

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from planq.cli.api.access import role_of_url
 from planq.cli.api.models import (
     SEVERITY_ORDER,
     FindingOut,
@@ -158,8 +159,10 @@ def bar(fraction: float | None, title: str, kind: str | None = None) -> str:
 def button(label: str, url: str, confirm: str, danger: bool = False) -> str:
     """A button the script turns into a confirmed POST to url."""
     css = "act danger" if danger else "act"
+    role = role_of_url(url)  # the access table's: the page greys it for a principal without
+    needs = f' data-role="{role.value}"' if role is not None else ""
     return (
-        f'<button type="button" class="{css}" data-post="{escape(url)}" '
+        f'<button type="button" class="{css}" data-post="{escape(url)}"{needs} '
         f'data-confirm="{escape(confirm)}">{escape(label)}</button>'
     )
 

@@ -113,8 +113,10 @@ def page(request: Request, title: str, sections: list[Section], active: str = ""
 <link rel="stylesheet" href="/dashboard/assets/dashboard.css"></head>
 <body data-refresh-ms="2000">
 <header><h1><a href="/dashboard">planq</a></h1><nav>{nav}{flower_link}<a href="/docs">API</a></nav>
-<span id="token-form"{hidden}><input id="token" type="password" placeholder="PLANQ_API_TOKEN"
- autocomplete="off"> <button type="button" class="act" id="save-token">use token</button></span>
+<span id="token-form"{hidden}><input id="token" type="password" placeholder="planq_… token"
+ autocomplete="off"> <button type="button" class="act" id="save-token">sign in</button></span>
+<span id="who" class="muted"></span> <button type="button" class="act" id="sign-out"
+ hidden>sign out</button>
 {clock()}<span id="updated" class="muted"></span><span id="notice" class="notice"
  role="status"></span></header>
 <main><div id="auth-error"></div>{body}</main>
