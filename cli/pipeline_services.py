@@ -25,6 +25,7 @@ def run_plan(
     *,
     approvals: int | None = None,
     note: str | None = None,
+    notify: list[str] | None = None,
 ) -> tuple[Any, Any]:
     """(plan, first job as stored): the pipeline stored and its first phase queued.
 
@@ -34,7 +35,7 @@ def run_plan(
     session.require_broker()
     lifecycle = session.runtime.lifecycle
     queued = lifecycle.run_plan(
-        plan_id, through, approve_before, actor, approval_timeout, approvals, note
+        plan_id, through, approve_before, actor, approval_timeout, approvals, note, notify
     )
     session.runtime.publisher.stamps.flush()
     job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None

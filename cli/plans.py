@@ -222,6 +222,14 @@ def run(
             "--approvals", help="Distinct approvers the gate needs, none of them you (default 1)."
         ),
     ] = None,
+    notify: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notify",
+            help="A webhook URL told of the gate, a failure and the end (repeatable; "
+            "needs PLANQ_WEBHOOK_SECRET).",
+        ),
+    ] = None,
     by: By = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -236,6 +244,7 @@ def run(
             approval_timeout,
             approvals=approvals,
             note=_by_note(by),
+            notify=notify,
         )
     if as_json:
         emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})

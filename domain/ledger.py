@@ -27,6 +27,7 @@ from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.transitions import PLAN_STATUS_FOR_JOB
+from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
 
 logger = logging.getLogger("planq.ledger")
 STUCK_ERROR = "heartbeat expired"
@@ -104,6 +105,7 @@ class JobLedger:
         outages: OutageMonitor | None = None,
         enqueue: Enqueue | None = None,
         on_gate_decided: GateObserver | None = None,
+        webhooks: WebhookPolicy = NO_WEBHOOKS,
     ) -> None:
         self.jobs = jobs
         self.plans = plans
@@ -117,6 +119,9 @@ class JobLedger:
         #: Told of every wait at an approval gate that ended (approved, rejected, expired)
         #: and since when it waited, after the decision commits (the process's metrics).
         self.on_gate_decided = on_gate_decided
+        #: Who hears of a pipeline's events: each notification is an outbox row written
+        #: with its event (PipelineLedger.record), delivered by beat (tasks/webhooks.py).
+        self.webhooks = webhooks
         #: The pipeline's writes (run, advance, approve, reject, stop), in this ledger.
         self.pipeline = PipelineLedger(self)
 
@@ -298,7 +303,13 @@ class JobLedger:
     ) -> None:
         if actor is not None and plan is not None and plan.pipeline_state is not None:
             self.pipeline.record(
-                plan.plan_id, EventKind.cancel_requested, job.phase, job.job_id, actor, note
+                plan.plan_id,
+                EventKind.cancel_requested,
+                job.phase,
+                job.job_id,
+                actor,
+                note,
+                plan=plan,
             )
 
     def cancel_plan(
@@ -447,6 +458,7 @@ class JobLedger:
         deleted = self.jobs.delete_terminal_before(cutoff, batch_size)
         if self.plans is not None:  # the plans' audit trail ages out with the jobs
             self.plans.delete_events_before(cutoff, batch_size)
+            self.plans.delete_deliveries_before(cutoff, batch_size)  # given up: as old
         return deleted
 
     def dispatch_due(

@@ -165,19 +165,21 @@ class PlanLifecycleService:
         approval_timeout: object = None,
         approvals: object = None,
         note: object = None,
+        notify: object = None,
     ) -> PhaseQueued:
         """Queue the plan's next phase with a pipeline that queues the rest by itself.
 
         It stops after `through` and waits for a person before `approve_before` (for at
         most `approval_timeout` seconds, then it ends `expired`), for `approvals`
-        distinct approvers other than `actor` (four-eyes, see PipelineLedger.decide). Bad input
+        distinct approvers other than `actor` (four-eyes, see PipelineLedger.decide); `notify`
+        URLs hear of its gate and its end (domain/webhooks.py). Bad input
         is a typed error (InvalidIdError, PlanNotFoundError, PipelineError,
         InvalidPlanTransitionError) with nothing written.
         """
         ledger = self._pipeline_ledger()
         plan = self.get_plan(require_ulid("plan_id", plan_id))
         job = ledger.pipeline.start(
-            plan, through, approve_before, actor, approval_timeout, approvals, note
+            plan, through, approve_before, actor, approval_timeout, approvals, note, notify
         )
         return PhaseQueued(plan=self.get_plan(plan.plan_id), job=job)
 

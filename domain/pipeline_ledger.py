@@ -20,6 +20,7 @@ from planq.domain.errors import (
     ConcurrentUpdateError,
     InvalidPlanTransitionError,
     NotAwaitingApprovalError,
+    PipelineError,
     PlanNotFoundError,
     SelfApprovalError,
 )
@@ -38,6 +39,7 @@ from planq.domain.pipeline import (
     waiting_for,
 )
 from planq.domain.plans import PipelineState, Plan, PlanPhase
+from planq.domain.webhooks import NOTIFY, check_notify, deliveries_for
 
 if TYPE_CHECKING:
     from planq.domain.ledger import JobLedger
@@ -82,8 +84,14 @@ class PipelineLedger:
         job_id: str | None = None,
         actor: str | None = None,
         note: str | None = None,
+        *,
+        plan: Plan | None = None,
     ) -> PlanEvent:
-        """Append one event; its texts pass through the ledger's redactor."""
+        """Append one event, and its notifications to the outbox, in one transaction.
+
+        Its texts pass through the ledger's redactor. An event that notifies (domain/
+        webhooks.py's NOTIFY) is told to every receiver of `plan` (read if not given).
+        """
         redact = self.ledger.redactor
         event = PlanEvent(
             plan_id=plan_id,
@@ -93,8 +101,22 @@ class PipelineLedger:
             actor=None if actor is None else redact(actor),
             note=None if note is None else redact(note),
         )
-        self._plans.add_event(event)
+        with self.ledger.jobs.transaction():
+            self._plans.add_event(event)
+            self._notify(event, plan)
         return event
+
+    def _notify(self, event: PlanEvent, plan: Plan | None) -> None:
+        """The outbox rows of an event that notifies, when there is anyone to tell."""
+        policy = self.ledger.webhooks
+        if event.kind not in NOTIFY or not policy.enabled:
+            return
+        plan = plan if plan is not None else self._plans.get(event.plan_id)
+        if plan is None:
+            return
+        deliveries = deliveries_for(event, plan, policy, self.ledger.redactor)
+        if deliveries:
+            self._plans.add_deliveries(deliveries)
 
     def events(self, plan_id: str, limit: int = 500) -> list[PlanEvent]:
         """A plan's trail, oldest first."""
@@ -110,8 +132,12 @@ class PipelineLedger:
         approval_timeout: object = None,
         approvals: object = None,
         note: object = None,
+        notify: object = None,
     ) -> AsyncJob:
         """Store the pipeline on the plan and queue its first phase; the job (published).
+
+        `notify` (URLs) are the pipeline's own webhook receivers, beside the fleet's
+        (PLANQ_WEBHOOK_URLS); without a signing secret they are a PipelineError.
 
         `actor` (who runs it, from the credential) is kept on the plan: by the four-eyes
         rule it may not approve the gate; `approvals` distinct approvers open it (default 1).
@@ -130,11 +156,15 @@ class PipelineLedger:
         request = PipelineRequest.check(start, through, approve_before, approval_timeout)
         who = check_actor(actor)
         need = check_approvals(approvals, request.gate)
+        receivers = check_notify(notify)
+        if receivers and not self.ledger.webhooks.enabled:
+            raise PipelineError("notify needs PLANQ_WEBHOOK_SECRET: every delivery is signed")
         job = AsyncJob(plan_id=plan.plan_id, phase=start)
         with self.ledger.jobs.transaction():
             plan.pipeline_started_by = who
             plan.pipeline_approvals = need
             plan.pipeline_approved_by = []
+            plan.pipeline_notify = receivers
             plan.pipeline_through = request.through
             plan.pipeline_gate = request.gate
             plan.pipeline_state = PipelineState.running
@@ -187,7 +217,7 @@ class PipelineLedger:
             return None  # a failed or cancelled phase stops it; `jobs retry` resumes it
         if finished_despite_cancel(plan, job.phase):
             self._set_state(plan, PipelineState.done)  # its last phase did all its work
-            self.record(plan.plan_id, EventKind.done, job.phase, note=TOO_LATE)
+            self.record(plan.plan_id, EventKind.done, job.phase, note=TOO_LATE, plan=plan)
             return None
         step, following = after_success(plan, job.phase)
         if step is Step.queue_next and following is not None:
@@ -195,10 +225,10 @@ class PipelineLedger:
         if step is Step.await_approval:
             plan.pipeline_approved_by = []  # a new wait: nobody has approved it yet
             self._set_state(plan, PipelineState.awaiting_approval)
-            self.record(plan.plan_id, EventKind.awaiting_approval, following)
+            self.record(plan.plan_id, EventKind.awaiting_approval, following, plan=plan)
         elif step is Step.done:
             self._set_state(plan, PipelineState.done)
-            self.record(plan.plan_id, EventKind.done, job.phase)
+            self.record(plan.plan_id, EventKind.done, job.phase, plan=plan)
         return None
 
     def ended(
@@ -210,7 +240,7 @@ class PipelineLedger:
         stuck sweep, a message no worker picked up. A plan without a pipeline keeps no trail.
         """
         if plan is not None and plan.pipeline_state is not None:
-            self.record(plan.plan_id, _ENDED[status], job.phase, job.job_id, note=error)
+            self.record(plan.plan_id, _ENDED[status], job.phase, job.job_id, note=error, plan=plan)
 
     # -- the gate: approve or reject, a compare-and-set ---------------------------------------
     def decide(
@@ -255,7 +285,7 @@ class PipelineLedger:
                     else:  # a partial approval: the version moves, the wait's start does not
                         self._plans.update(plan)
                     joined = "; ".join(t for t in (counted, text) if t) or None
-                    self.record(plan.plan_id, kind, following, actor=who, note=joined)
+                    self.record(plan.plan_id, kind, following, actor=who, note=joined, plan=plan)
                     if job is not None:
                         self._queue(job, who)
             except ConcurrentUpdateError:
@@ -307,7 +337,12 @@ class PipelineLedger:
         if self.active(plan):
             self._set_state(plan, PipelineState.cancelled)
         self.record(
-            plan.plan_id, EventKind.cancel_requested, plan.phase, actor=who, note=check_note(note)
+            plan.plan_id,
+            EventKind.cancel_requested,
+            plan.phase,
+            actor=who,
+            note=check_note(note),
+            plan=plan,
         )
 
     # -- expiry: a gate nobody decided in time ------------------------------------------------
@@ -329,7 +364,14 @@ class PipelineLedger:
             try:
                 with self.ledger.jobs.transaction():
                     self._set_state(plan, PipelineState.expired)
-                    self.record(plan.plan_id, EventKind.expired, phase, actor="timeout", note=note)
+                    self.record(
+                        plan.plan_id,
+                        EventKind.expired,
+                        phase,
+                        actor="timeout",
+                        note=note,
+                        plan=plan,
+                    )
             except ConcurrentUpdateError:
                 continue  # decided meanwhile
             expired.append(plan.plan_id)

@@ -165,6 +165,8 @@ class Plan(BaseModel):
     pipeline_approvals: int | None = Field(default=None, ge=1, le=10)
     #: Who approved the current wait so far, in order (cleared when a wait begins).
     pipeline_approved_by: list[str] = Field(default_factory=list)
+    #: The pipeline's own webhook receivers (`--notify`), beside PLANQ_WEBHOOK_URLS.
+    pipeline_notify: list[str] = Field(default_factory=list)
 
     @field_validator("plan_id")
     @classmethod
@@ -178,10 +180,10 @@ class Plan(BaseModel):
     def _aware(cls, value: datetime) -> datetime:
         return as_utc(value)
 
-    @field_validator("pipeline_approved_by", mode="before")
+    @field_validator("pipeline_approved_by", "pipeline_notify", mode="before")
     @classmethod
-    def _approvers(cls, value: object) -> object:
-        """The ledger keeps the list as JSON text (NULL: nobody yet)."""
+    def _json_list(cls, value: object) -> object:
+        """The ledger keeps these lists as JSON text (NULL: none)."""
         if value is None:
             return []
         return json.loads(value) if isinstance(value, str) else value

@@ -13,6 +13,7 @@ from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
 from planq.domain.principals import Principal
+from planq.domain.webhooks import Delivery
 
 
 class CancelOutcome(StrEnum):
@@ -263,6 +264,31 @@ class PlanStore(Protocol):
 
     def delete_events_before(self, cutoff: datetime, batch_size: int = 500) -> int:
         """Delete events older than cutoff (the jobs' TTL), in bounded batches; how many."""
+
+    # -- the webhook outbox (domain/webhooks.py) -------------------------------------------
+    def add_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        """Insert outbox rows, in the caller's transaction (the event's)."""
+
+    def claim_deliveries(
+        self, now: datetime, lease_until: datetime, limit: int = 50
+    ) -> list[Delivery]:
+        """Lease the due rows (oldest first) until lease_until, counting the attempt.
+
+        Two delivering processes at once lease different rows (PostgreSQL: SKIP LOCKED); a
+        process that dies holding a lease leaves its rows due again when the lease ends.
+        """
+
+    def delivered(self, delivery_id: str) -> bool:
+        """Drop a delivered row; whether it was there."""
+
+    def delivery_failed(self, delivery_id: str, error: str, retry_at: datetime | None) -> bool:
+        """Note a failed try: due again at retry_at, or given up (None); whether it was there."""
+
+    def list_deliveries(self, plan_id: str | None = None, limit: int = 100) -> list[Delivery]:
+        """Outbox rows (a plan's, or all), oldest first: what waits, and what was given up."""
+
+    def delete_deliveries_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """Delete given-up rows made before cutoff (the jobs' TTL), in batches; how many."""
 
 
 def iter_batches(items: Iterable[str], size: int) -> Iterator[list[str]]:

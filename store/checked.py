@@ -20,6 +20,7 @@ from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
 from planq.domain.ports import CancelOutcome, Claimed, Ledger
+from planq.domain.webhooks import MAX_ERROR_LENGTH, Delivery
 from planq.store.validation import (
     check_at_most,
     check_batch_size,
@@ -479,6 +480,67 @@ class CheckedPlanStore(ABC):
         cutoff = check_moment("cutoff", cutoff)
         check_batch_size(batch_size)
         return self._delete_events_before(cutoff, batch_size)
+
+    def add_deliveries(self, deliveries: Sequence[Delivery]) -> None:
+        """Insert outbox rows, in the caller's transaction."""
+        rows = list(deliveries)
+        for delivery in rows:
+            if not isinstance(delivery, Delivery):
+                raise TypeError(f"deliveries must be Delivery, got {type(delivery).__name__}")
+        if rows:
+            self._add_deliveries(rows)
+
+    def claim_deliveries(
+        self, now: datetime, lease_until: datetime, limit: int = 50
+    ) -> list[Delivery]:
+        """Lease the due rows until lease_until, counting the attempt; the rows leased."""
+        now, lease_until = check_moment("now", now), check_moment("lease_until", lease_until)
+        check_list_limit(limit)
+        return self._claim_deliveries(now, lease_until, limit or 0)
+
+    def delivered(self, delivery_id: str) -> bool:
+        """Drop a delivered row."""
+        check_id("delivery_id", delivery_id)
+        return self._delivered(delivery_id)
+
+    def delivery_failed(self, delivery_id: str, error: str, retry_at: datetime | None) -> bool:
+        """Note a failed try: due again at retry_at, or given up (None)."""
+        check_id("delivery_id", delivery_id)
+        when = None if retry_at is None else check_moment("retry_at", retry_at)
+        return self._delivery_failed(delivery_id, error[:MAX_ERROR_LENGTH], when)
+
+    def list_deliveries(self, plan_id: str | None = None, limit: int = 100) -> list[Delivery]:
+        """Outbox rows, oldest first."""
+        if plan_id is not None:
+            check_id("plan_id", plan_id)
+        check_list_limit(limit)
+        return self._list_deliveries(plan_id, limit or 0)
+
+    def delete_deliveries_before(self, cutoff: datetime, batch_size: int = 500) -> int:
+        """Delete given-up rows made before cutoff, in bounded batches; how many."""
+        cutoff = check_moment("cutoff", cutoff)
+        check_batch_size(batch_size)
+        return self._delete_deliveries_before(cutoff, batch_size)
+
+    @abstractmethod
+    def _add_deliveries(self, deliveries: list[Delivery]) -> None: ...
+
+    @abstractmethod
+    def _claim_deliveries(
+        self, now: datetime, lease_until: datetime, limit: int
+    ) -> list[Delivery]: ...
+
+    @abstractmethod
+    def _delivered(self, delivery_id: str) -> bool: ...
+
+    @abstractmethod
+    def _delivery_failed(self, delivery_id: str, error: str, retry_at: datetime | None) -> bool: ...
+
+    @abstractmethod
+    def _list_deliveries(self, plan_id: str | None, limit: int) -> list[Delivery]: ...
+
+    @abstractmethod
+    def _delete_deliveries_before(self, cutoff: datetime, batch_size: int) -> int: ...
 
     @abstractmethod
     def _list_awaiting(self, limit: int | None) -> list[Plan]: ...

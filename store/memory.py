@@ -25,6 +25,7 @@ from planq.domain.transitions import (
     finish_move,
     phase_queue_move,
 )
+from planq.domain.webhooks import Delivery
 from planq.store.availability import MemorySightings
 from planq.store.checked import CheckedJobStore, CheckedPlanStore
 
@@ -391,6 +392,8 @@ class InMemoryPlanStore(CheckedPlanStore):
         self._shared.plans = self._rows
         self._events: dict[str, PlanEvent] = {}
         self._shared.tables.append(self._events)
+        self._outbox: dict[str, Delivery] = {}
+        self._shared.tables.append(self._outbox)
 
     @property
     def ledger(self) -> Ledger:
@@ -500,6 +503,51 @@ class InMemoryPlanStore(CheckedPlanStore):
             doomed = [e.event_id for e in self._events.values() if e.at < cutoff]
             for event_id in doomed:
                 del self._events[event_id]
+        return len(doomed)
+
+    # -- the webhook outbox ----------------------------------------------------------------
+    def _add_deliveries(self, deliveries: list[Delivery]) -> None:
+        with self._shared.lock:
+            self._outbox.update((d.delivery_id, d) for d in deliveries)
+
+    def _claim_deliveries(self, now: datetime, lease_until: datetime, limit: int) -> list[Delivery]:
+        with self._shared.lock:
+            due = sorted(
+                (d for d in self._outbox.values() if d.next_at is not None and d.next_at <= now),
+                key=lambda d: (d.next_at or now, d.delivery_id),
+            )[:limit]
+            leased = [
+                d.model_copy(update={"next_at": lease_until, "attempts": d.attempts + 1})
+                for d in due
+            ]
+            self._outbox.update((d.delivery_id, d) for d in leased)
+        return sorted(leased, key=lambda d: (d.created_at, d.delivery_id))
+
+    def _delivered(self, delivery_id: str) -> bool:
+        with self._shared.lock:
+            return self._outbox.pop(delivery_id, None) is not None
+
+    def _delivery_failed(self, delivery_id: str, error: str, retry_at: datetime | None) -> bool:
+        with self._shared.lock:
+            row = self._outbox.get(delivery_id)
+            if row is None:
+                return False
+            changes = {"next_at": retry_at, "last_error": error}
+            self._outbox[delivery_id] = row.model_copy(update=changes)
+            return True
+
+    def _list_deliveries(self, plan_id: str | None, limit: int) -> list[Delivery]:
+        with self._shared.lock:
+            rows = [d for d in self._outbox.values() if plan_id in (None, d.plan_id)]
+        return sorted(rows, key=lambda d: (d.created_at, d.delivery_id))[:limit]
+
+    def _delete_deliveries_before(self, cutoff: datetime, batch_size: int) -> int:
+        with self._shared.lock:
+            doomed = [
+                k for k, d in self._outbox.items() if d.next_at is None and d.created_at < cutoff
+            ]
+            for key in doomed:
+                del self._outbox[key]
         return len(doomed)
 
 

@@ -48,7 +48,7 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 #: The newest revision (a test holds it equal to the migrations' head): lets a SQLite
 #: ledger that is already current be opened without loading alembic's scripts.
-HEAD_REVISION = "0013_principals"
+HEAD_REVISION = "0014_webhook_outbox"
 
 
 def migrate_sqlite(url: str) -> bool:

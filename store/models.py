@@ -162,6 +162,8 @@ class PlanModel(Base):
     pipeline_started_by: Mapped[str | None] = mapped_column(String(200))
     pipeline_approvals: Mapped[int | None] = mapped_column(Integer)
     pipeline_approved_by: Mapped[str | None] = mapped_column(Text)
+    #: The pipeline's own webhook receivers, a JSON list (migration 0014).
+    pipeline_notify: Mapped[str | None] = mapped_column(Text)
     #: When it reached its approval gate; NULL unless waiting there (migration 0012). The
     #: store's own column, written only with the plan: the gate index keys on it, not on
     #: updated_at, which every plan move writes (an update that changes a column any index
@@ -339,3 +341,33 @@ class PrincipalModel(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class WebhookDeliveryModel(Base):
+    """The webhook outbox (migration 0014): one row per notification and receiver.
+
+    Written in the event's transaction; a delivered row is deleted, so the table holds the
+    live set only (due, leased, or given up until the TTL cleanup takes it).
+    """
+
+    __tablename__ = "webhook_deliveries"
+
+    delivery_id: Mapped[str] = mapped_column(String(26), primary_key=True)
+    event_id: Mapped[str] = mapped_column(String(26))
+    plan_id: Mapped[str] = mapped_column(
+        String(26), ForeignKey("plans.plan_id", ondelete="CASCADE")
+    )
+    url: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    #: When it is due (a claim leases it by moving this on); NULL: given up.
+    next_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        CheckConstraint("attempts >= 0", name="attempts"),
+        _partial("ix_webhook_deliveries_due", ["next_at"], "next_at IS NOT NULL"),
+        _partial("ix_webhook_deliveries_given_up", ["created_at"], "next_at IS NULL"),
+        Index(None, "plan_id"),  # a plan's purge cascades here
+    )

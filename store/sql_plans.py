@@ -18,6 +18,7 @@ from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
 from planq.store.models import PLAN_FIELDS, PlanEventModel, PlanModel
 from planq.store.partitions import EVENTS, drop_expired_partitions
+from planq.store.sql_webhooks import SqlWebhookOutbox
 
 P = PlanModel
 E = PlanEventModel
@@ -48,16 +49,16 @@ def to_values(plan: Plan) -> dict[str, Any]:
     for name in ("pipeline_through", "pipeline_gate", "pipeline_state"):  # enums as text
         value = getattr(plan, name)
         data[name] = value.value if value is not None else None
-    data["pipeline_approved_by"] = (
-        json.dumps(plan.pipeline_approved_by) if plan.pipeline_approved_by else None
-    )
+    for name in ("pipeline_approved_by", "pipeline_notify"):  # lists as JSON text
+        value = getattr(plan, name)
+        data[name] = json.dumps(value) if value else None
     values = {name: data[name] for name in PLAN_FIELDS}
     waiting = plan.pipeline_state is PipelineState.awaiting_approval
     values["gated_at"] = plan.updated_at if waiting else None  # the gate index's key
     return values
 
 
-class SqlPlanStore(OnDatabase, CheckedPlanStore):
+class SqlPlanStore(OnDatabase, SqlWebhookOutbox, CheckedPlanStore):
     """Plans table access; shares its Database (and so its transactions) with SqlJobStore."""
 
     def _add(self, plan: Plan) -> None:

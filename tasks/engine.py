@@ -25,6 +25,7 @@ from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
 from planq.domain.tracebacks import describe_traceback
+from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
 from planq.tasks import metrics
 from planq.tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from planq.tasks.store_poller import StorePoller
@@ -120,6 +121,7 @@ class AsyncWorker:
         redactor: Redactor = BUILTIN,
         sweep_interval: float = DEFAULT_STUCK_CHECK_INTERVAL,
         outages: OutageMonitor | None = None,
+        webhooks: WebhookPolicy = NO_WEBHOOKS,
     ) -> None:
         if not isinstance(config, AsyncWorkerConfig):
             raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
@@ -140,6 +142,7 @@ class AsyncWorker:
             outages=self.outages,
             enqueue=publish,
             on_gate_decided=metrics.gate_decided,
+            webhooks=webhooks,
         )
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))

@@ -1,4 +1,4 @@
-"""Beat maintenance: stuck jobs, TTL cleanup, partitions ahead, dispatch relay; idempotent."""
+"""Beat maintenance: stuck jobs, TTL cleanup, partitions ahead, dispatch relay, webhooks."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ _OPTIONS: dict[str, Any] = {"ignore_result": True, "shared": False, "send_events
 
 
 def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
-    """Create the four maintenance tasks on app (routed to planq.maintenance)."""
+    """Create the maintenance tasks on app (routed to planq.maintenance)."""
 
     def quietly(what: str, sweep: Callable[[], T], skipped: T) -> T:
         """Run a sweep; an outage is the process monitor's to log (once), not a traceback.
@@ -57,7 +57,21 @@ def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
         """Re-publish queued rows whose message was never sent or was lost."""
         return quietly("dispatch relay", lambda: runtime_for(app).worker.relay_dispatch(), [])
 
+    def deliver_webhooks() -> dict[str, list[str]]:
+        """POST the outbox's due notifications (signed, retried with backoff, bounded)."""
+        report = quietly("webhook delivery", lambda: runtime_for(app).webhooks.deliver_due(), None)
+        if report is None:
+            return {"delivered": [], "retried": [], "gave_up": []}
+        return {"delivered": report.delivered, "retried": report.retried, "gave_up": report.gave_up}
+
+    tasks = (
+        detect_stuck_jobs,
+        cleanup_expired_jobs,
+        prepare_partitions,
+        relay_dispatch,
+        deliver_webhooks,
+    )
     return {
         fn.__name__: app.task(name=f"planq.maintenance.{fn.__name__}", **_OPTIONS)(fn)
-        for fn in (detect_stuck_jobs, cleanup_expired_jobs, prepare_partitions, relay_dispatch)
+        for fn in tasks
     }

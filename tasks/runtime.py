@@ -22,6 +22,7 @@ from planq.domain.ports import CancelOutcome
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs import RecoverableJobHandler, RunHeartbeat
 from planq.domain.runs.heartbeat import interval_for
+from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
 from planq.store import Database, SqlRunStoreProvider, prepare_partitions, sql_ledger
 from planq.store.ledger_scan import LedgerScan
 from planq.store.migrate import migrate_sqlite
@@ -29,6 +30,7 @@ from planq.store.sql_principals import SqlPrincipalStore
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
 from planq.tasks.publisher import JobPublisher
+from planq.tasks.webhooks import WebhookSender
 
 logger = logging.getLogger("planq.runtime")
 #: The revoke argument that says "already recorded in the ledger", with the outcome: set by
@@ -56,6 +58,8 @@ class RuntimeConfig:
     stuck_check_interval: float = DEFAULT_STUCK_CHECK_INTERVAL
     #: PLANQ_RUN_STALE_AFTER: the stale-run bound, and so the run heartbeat's pace
     run_stale_after: float = DEFAULT_RUN_STALE_AFTER
+    #: PLANQ_WEBHOOK_*: who is told of pipeline events, and how deliveries are retried
+    webhooks: WebhookPolicy = NO_WEBHOOKS
 
 
 class Runtime:
@@ -93,6 +97,7 @@ class Runtime:
             worker_id=self.worker_id_for(self.pid),
             redactor=self.redactor,
             sweep_interval=config.stuck_check_interval,
+            webhooks=config.webhooks,
         )
         self.ledger = self.worker.ledger
         self.lifecycle = PlanLifecycleService(
@@ -131,6 +136,11 @@ class Runtime:
         """Read-only pages of the job ledger for the ledger_consistency scan (same Database)."""
         return LedgerScan(self.db)
 
+    @cached_property
+    def webhooks(self) -> WebhookSender:
+        """Delivers the webhook outbox (beat's sweep; built on first use, same Database)."""
+        return WebhookSender(self.plans, self.config.webhooks, self.redactor)
+
     def prepare_partitions(self) -> list[str]:
         """Create the ledger's job partitions ahead (PostgreSQL; none on SQLite): the names."""
         return prepare_partitions(self.db.engine)
@@ -161,6 +171,9 @@ class Runtime:
         heartbeat: RunHeartbeat | None = self.__dict__.get("run_heartbeat")
         if heartbeat is not None:
             heartbeat.stop()
+        sender: WebhookSender | None = self.__dict__.get("webhooks")
+        if sender is not None:
+            sender.close()
         self.db.close()
 
 

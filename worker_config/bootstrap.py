@@ -35,6 +35,7 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
         metrics_port=settings.metrics_port,
         stuck_check_interval=settings.stuck_check_interval,
         run_stale_after=settings.run_stale_after,
+        webhooks=settings.webhooks(),
     )
 
 

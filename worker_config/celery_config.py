@@ -81,4 +81,15 @@ def beat_schedule(settings: PlanqSettings) -> dict[str, Any]:
             "task": "planq.maintenance.relay_dispatch",
             "schedule": settings.relay_interval,
         },
+        # The webhook outbox; without a signing secret nothing is ever written to it.
+        **(
+            {
+                "planq-deliver-webhooks": {
+                    "task": "planq.maintenance.deliver_webhooks",
+                    "schedule": settings.webhook_interval,
+                }
+            }
+            if settings.webhook_secret is not None
+            else {}
+        ),
     }

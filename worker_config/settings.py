@@ -24,7 +24,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
-from planq.domain import config
+from planq.domain import config, webhooks
 from planq.domain.config import AsyncWorkerConfig, plain, shown
 from planq.domain.errors import ConfigurationError
 from planq.domain.redaction import Redactor, redact_secrets
@@ -41,8 +41,8 @@ BACKEND_ALIASES = {"postgres": "postgresql"}
 _URL = re.compile(r"(?P<backend>[A-Za-z][\w.-]*?)(?:\+[\w.-]+)?://")
 _EXECUTOR_REF = re.compile(r"[A-Za-z_][\w.]*(?::[A-Za-z_][\w.]*)?")
 _PHASES = ("strategize", "execute", "apply")
-_NEVER_SHOWN = {"api_token"}
-_SHOWN_REDACTED = {"broker_url", "database_url"}
+_NEVER_SHOWN = {"api_token", "webhook_secret"}
+_SHOWN_REDACTED = {"broker_url", "database_url", "webhook_urls"}
 _MAX_SHOWN = 80
 
 _warned_lock = threading.Lock()
@@ -112,6 +112,20 @@ class PlanqSettings(BaseSettings):
     approval_self: bool = False
     #: `planq api`: where operators reach Flower; the dashboard links to it when set.
     flower_url: str = ""
+    #: Webhook receivers of every pipeline's gate, failures and end: a JSON list of URLs
+    #: or URLs separated by commas (domain/webhooks.py); each needs the secret below.
+    webhook_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    #: Signs each delivery (`X-Planq-Signature: sha256=HMAC(secret, body)`); unset: none is
+    #: sent, and `plans run --notify` is refused.
+    webhook_secret: SecretStr | None = None
+    #: Beat's delivery sweep: how often the outbox is read for due notifications.
+    webhook_interval: float = _seconds(5.0)
+    #: One POST's limit, connect to answer.
+    webhook_timeout: float = _seconds(webhooks.DEFAULT_TIMEOUT)
+    #: Tries of one delivery before it is given up (kept in the outbox, logged, counted).
+    webhook_max_attempts: int = Field(webhooks.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
+    #: The longest wait between two tries (they back off 1, 2, 4 … seconds up to it).
+    webhook_backoff_max: float = _seconds(webhooks.DEFAULT_BACKOFF_MAX)
 
     @field_validator("database_url")
     @classmethod
@@ -160,6 +174,19 @@ class PlanqSettings(BaseSettings):
             raise ConfigurationError(f"PLANQ_REDACTION_PATTERNS: {exc}") from None
         return parsed
 
+    @field_validator("webhook_urls", mode="before")
+    @classmethod
+    def _webhook_urls(cls, value: object) -> object:
+        parsed = _json(value)
+        if isinstance(parsed, str):  # a, b, c
+            parsed = [u.strip() for u in parsed.split(",") if u.strip()]
+        if not (isinstance(parsed, list) and all(isinstance(u, str) for u in parsed)):
+            raise ConfigurationError(
+                f"PLANQ_WEBHOOK_URLS: must be a JSON list of URLs or URLs separated by commas, "
+                f"got {_clip(redact_secrets(str(value)))!r}"
+            )
+        return parsed
+
     @model_validator(mode="after")
     def _coherent(self) -> PlanqSettings:
         if self.visibility_timeout <= self.job_timeout:
@@ -172,7 +199,19 @@ class PlanqSettings(BaseSettings):
                 f"PLANQ_HEARTBEAT_INTERVAL={plain(self.heartbeat_interval)}: must be below "
                 f"PLANQ_JOB_TIMEOUT ({plain(self.job_timeout)}), or every job looks stuck"
             )
+        self.webhooks()  # a bad URL, or URLs without a secret, is one line here
         return self
+
+    def webhooks(self) -> webhooks.WebhookPolicy:
+        """Where notifications go, how they are signed and retried."""
+        secret = self.webhook_secret.get_secret_value() if self.webhook_secret else None
+        return webhooks.WebhookPolicy(
+            urls=tuple(self.webhook_urls),
+            secret=secret or None,
+            timeout=self.webhook_timeout,
+            max_attempts=self.webhook_max_attempts,
+            backoff_max=self.webhook_backoff_max,
+        )
 
     def redactor(self) -> Redactor:
         """THE redactor: built-in patterns plus PLANQ_REDACTION_PATTERNS (checked above).

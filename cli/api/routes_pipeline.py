@@ -41,6 +41,12 @@ class RunIn(BaseModel):
     approvals: int | None = Field(
         None, ge=1, le=10, description="Distinct approvers the gate needs (default 1)."
     )
+    notify: list[str] | None = Field(
+        None,
+        max_length=5,
+        description="Webhook URLs told of the gate, a failure and the end (signed; needs "
+        "PLANQ_WEBHOOK_SECRET on the server).",
+    )
 
 
 class DecisionIn(BaseModel):
@@ -121,6 +127,7 @@ def run_plan(
         body.approval_timeout,
         approvals=body.approvals,
         note=_note(body.by),
+        notify=body.notify,
     )
     return _out(plan, job)
 
