@@ -1,5 +1,7 @@
 """An in-process Celery worker (threads pool) plus a relay for rows no message carries.
 
+The relay thread also delivers the webhook outbox: a laptop runs no beat.
+
 Built by its callers (the demo, tests, a laptop setup) around a process's Runtime: the
 job runner does not own it, so nothing below the entry modules imports this one.
 
@@ -115,10 +117,14 @@ class EmbeddedWorker:
         )
 
     def _relay_loop(self) -> None:
+        """What beat does for a fleet: relay unsent rows, deliver the webhook outbox."""
         interval = self.runtime.worker.config.poll_interval
+        notifies = self.runtime.config.webhooks.enabled
         while not self._stop.wait(interval):
             try:
                 self.runtime.worker.relay_dispatch(unsent_grace=interval)
+                if notifies:
+                    self.runtime.webhooks.deliver_due()
             except Exception:
                 logger.exception("embedded relay failed; retrying")
 
