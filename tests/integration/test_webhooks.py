@@ -27,11 +27,19 @@ from planq.domain.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, verify
 from planq.tasks.runtime import Runtime
 from planq.worker_config.celery_config import beat_schedule
 from planq.worker_config.settings import load_settings
+from tests.api_support import ApiServer, add_principal
 from tests.celery_support import embedded_runtime, make_app
+from tests.integration import test_api as api_tests
+from tests.integration.test_api_pipeline import new_plan as api_plan
 from tests.resources import free_port
 from tests.support import wait_for
 
 SECRET = "whsec-test-0123456789"
+# The API tests' fixtures: the ledger, a worker on it, the API served by uvicorn.
+ledger_url = api_tests.ledger_url
+worker_app = api_tests.worker_app
+runtime = api_tests.runtime
+api = api_tests.api
 
 
 class Receiver:
@@ -359,3 +367,19 @@ def test_webhook_settings_are_checked_in_one_line(monkeypatch: pytest.MonkeyPatc
     settings = load_settings()
     assert settings.webhooks().urls == ("https://c.example/z",)
     assert SECRET not in repr(settings) and SECRET not in repr(settings.webhooks())
+
+
+def test_the_api_refuses_notify_without_a_secret_or_with_a_bad_url_writing_nothing(
+    api: ApiServer, runtime: Runtime, ledger_url: str
+) -> None:
+    token = add_principal(ledger_url, "runner", "operate")
+    plan_id = api_plan(api)
+    run = f"/api/ledger/plans/{plan_id}/run"
+    unsigned = api.post(run, json={"notify": ["http://127.0.0.1:9/x"]}, token=token)
+    assert unsigned.status_code == 422 and "PLANQ_WEBHOOK_SECRET" in unsigned.text
+    for bad in (["ftp://host/x"], "http://one.example/x", ["http://h/"] * 6):
+        answer = api.post(run, json={"approve_before": "apply", "notify": bad}, token=token)
+        assert answer.status_code == 422, answer.text
+    shown = api.get(f"/api/ledger/plans/{plan_id}").json()
+    assert shown["pipeline"] is None
+    assert api.get(f"/api/ledger/plans/{plan_id}/events").json() == []
