@@ -456,10 +456,12 @@ class InMemoryPlanStore(CheckedPlanStore):
         return n if at_most is None else min(n, at_most)
 
     def _remove(self, plan_id: str) -> bool:
-        """Delete a plan (its events with it, as the SQL foreign key cascades)."""
+        """Delete a plan (its events and outbox rows with it, as the SQL foreign keys cascade)."""
         with self._shared.lock:
             for event in [e for e in self._events.values() if e.plan_id == plan_id.upper()]:
                 del self._events[event.event_id]
+            for row in [d for d in self._outbox.values() if d.plan_id == plan_id.upper()]:
+                del self._outbox[row.delivery_id]
             return self._rows.pop(plan_id.upper(), None) is not None
 
     def _list_awaiting(self, limit: int | None) -> list[Plan]:
