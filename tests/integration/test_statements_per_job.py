@@ -220,3 +220,29 @@ def test_bulk_plans_and_their_queue_are_one_statement_each(
     assert runtime.publisher.stamps.flush() == 300
     stamps = [s for s in counted.statements if "dispatched_at" in s]
     assert len(stamps) == 1 and len(counted.statements) <= 2, counted.statements  # + BEGIN
+
+
+def test_a_notifying_event_costs_one_outbox_insert_and_nothing_else(
+    app: Celery, runtime: Runtime, counted: Counter
+) -> None:
+    """A phase that brings its pipeline to the gate: +1 statement with webhooks, 0 without."""
+    from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
+
+    runtime.publisher.stamps.interval = 3600.0
+    cost: dict[str, list[str]] = {}
+    for name, policy in (
+        ("warm", NO_WEBHOOKS),  # a process's first claim reads the partition map: not counted
+        ("off", NO_WEBHOOKS),
+        ("on", WebhookPolicy(urls=("http://127.0.0.1:9/hook",), secret="s")),
+    ):
+        runtime.ledger.webhooks = policy
+        plan = runtime.lifecycle.create_plan(["a"], name=f"gated-{name}")
+        first = runtime.lifecycle.run_plan(plan.plan_id, "execute", "execute", actor="api:ann")
+        assert first.job is not None
+        counted.reset()
+        assert runtime.worker.run_job(first.job.job_id).value == "succeeded"
+        cost[name] = list(counted.statements)
+        assert len(runtime.plans.list_deliveries(plan.plan_id)) == (name == "on")
+    extra = [s for s in cost["on"] if s not in cost["off"]]
+    assert len(cost["on"]) == len(cost["off"]) + 1, (cost["off"], cost["on"])
+    assert len(extra) == 1 and extra[0].startswith("INSERT INTO webhook_deliveries"), extra
