@@ -16,7 +16,7 @@ import typer
 from planq.cli import services
 from planq.cli.api.server import api_command
 from planq.cli.jobs import jobs_app
-from planq.cli.output import OneLineErrors, boundary
+from planq.cli.output import OneLineErrors, boundary, redacted
 from planq.cli.plans import plans_app
 from planq.cli.runs import runs_app
 from planq.cli.schedule import schedule_command
@@ -46,13 +46,11 @@ class _OneLine(logging.Handler):
     """Library warnings as one stderr line each, without tracebacks (the CLI explains)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from planq.domain.redaction import redact_secrets
-
         try:
             message = " ".join(record.getMessage().split())
         except Exception:  # a broken log call must not break the command
             message = str(record.msg)
-        typer.echo(f"planq: {record.levelname.lower()}: {redact_secrets(message)}", err=True)
+        typer.echo(f"planq: {record.levelname.lower()}: {redacted(message)}", err=True)
 
 
 @app.callback()

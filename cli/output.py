@@ -29,6 +29,8 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
+from planq.domain.redaction import BUILTIN, Redactor
+
 OK = 0
 REFUSED = 1
 BAD_INPUT = 2
@@ -124,18 +126,30 @@ def cut(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """A single, redacted line describing exc (pydantic and DBAPI errors included)."""
-    from planq.domain.redaction import redact_secrets
+    """A single line describing exc, redacted by this process's redactor (the one describer)."""
+    from planq.domain.redaction import describe_exception
 
-    errors = getattr(exc, "errors", None)
-    if callable(errors) and type(exc).__name__ == "ValidationError":
-        first = errors()[0]
-        where = ".".join(str(p) for p in first.get("loc", ())) or "value"
-        text = f"{where}: {first.get('msg', exc)}"
-    else:
-        original = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
-        text = str(original if original is not None else exc) or type(exc).__name__
-    return redact_secrets(" ".join(text.split()))
+    return describe_exception(exc, process_redactor(), brief=True)
+
+
+def process_redactor() -> Redactor:
+    """The redactor of this process's settings (PLANQ_REDACTION_PATTERNS), as a session's.
+
+    An error can come before any session exists (a bad option, a ledger that does not
+    answer): it is redacted with the operator's own patterns all the same. Settings that do
+    not load leave the built-in patterns (and the settings' own error explains why).
+    """
+    from planq.worker_config.settings import load_settings
+
+    try:
+        return load_settings().redactor()
+    except Exception:
+        return BUILTIN
+
+
+def redacted(text: str) -> str:
+    """Text through this process's redactor: the last door before stderr."""
+    return process_redactor()(text)
 
 
 def classify(exc: Exception) -> CliError | None:
@@ -201,8 +215,8 @@ def _service_error(exc: Exception) -> CliError | None:
 
 
 def fail(error: CliError) -> typer.Exit:
-    """Print the error's one line on stderr; return the Exit to raise."""
-    message = " ".join(error.message.split())  # one line, whatever the message holds
+    """Print the error's one line on stderr, redacted; return the Exit to raise."""
+    message = redacted(" ".join(error.message.split()))  # one line, whatever it holds
     typer.echo(f"planq: {error.label}: {message}", err=True)
     return typer.Exit(error.code)
 
@@ -235,7 +249,7 @@ def _usage_errors_in_one_line() -> Iterator[None]:
     except ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        message = " ".join(exc.format_message().split())
+        message = redacted(" ".join(exc.format_message().split()))  # it quotes the input
         typer.echo(f"planq: error: {message}{hint}", err=True)
         raise typer.Exit(exc.exit_code) from None
 

@@ -310,15 +310,31 @@ def printable(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
-def describe_exception(exc: BaseException, redactor: Redactor) -> str:
+def describe_exception(exc: BaseException, redactor: Redactor, *, brief: bool = False) -> str:
     """`ExcType: message`, redacted; never raises, even when the exception's __str__ does.
 
     An exception can carry a secret in its message, and its __str__ can itself fail: this
-    is the one way an exception becomes text for the ledger, a log line or Flower.
+    is the one way an exception becomes text for the ledger, a log line, Flower, the CLI or
+    the API. `brief` is what a person reads in one line (the CLI's and API's errors): the
+    message alone on one line, a pydantic error's first problem, a SQLAlchemy error's
+    driver error rather than its SQL.
     """
     name = type(exc).__name__
     try:
-        message = str(exc)
+        message = _brief(exc) if brief else str(exc)
     except Exception:  # a broken __str__: its own text is not to be trusted either
         message = "<unprintable message>"
+    if brief:
+        return printable(redactor(" ".join((message or name).split())))
     return printable(redactor(f"{name}: {message}" if message else name))
+
+
+def _brief(exc: BaseException) -> str:
+    """The part of exc a person acts on (duck-typed: the domain imports neither library)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors) and type(exc).__name__ == "ValidationError":
+        first = errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "value"
+        return f"{where}: {first.get('msg', exc)}"
+    original = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error
+    return str(original if original is not None else exc)
