@@ -31,6 +31,7 @@ lint: $(STAMP)
 	@mkdir -p .typecheck && ln -sfn .. .typecheck/planq
 	MYPYPATH=.typecheck $(BIN)/mypy --strict -p planq.domain -p planq.store -p planq.tasks -p planq.worker_config -p planq.cli
 	$(BIN)/lint-imports
+	$(BIN)/python .ci/import_cycles.py .
 
 # Bytecode for every process the suite starts (CLI calls, `celery worker`s, the fleet) is
 # cached under .venv, so each one does not compile planq from source again: a machine that

@@ -20,9 +20,10 @@ from planq.domain.errors import (
     PlanqError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
+from planq.domain.ledger_parts import Enqueue, GateObserver, LedgerParts
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from planq.domain.pipeline import EventKind, check_actor
-from planq.domain.pipeline_ledger import Enqueue, GateObserver, PipelineLedger
+from planq.domain.pipeline_ledger import PipelineLedger
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
 from planq.domain.redaction import BUILTIN, Redactor
@@ -107,23 +108,50 @@ class JobLedger:
         on_gate_decided: GateObserver | None = None,
         webhooks: WebhookPolicy = NO_WEBHOOKS,
     ) -> None:
-        self.jobs = jobs
-        self.plans = plans
-        #: Every error this ledger writes passes through it (planq's: built from settings).
-        self.redactor = redactor
+        #: The stores and hooks this ledger and its pipeline half share (domain/ledger_parts.py).
+        self.parts = LedgerParts(jobs, plans, redactor, enqueue, on_gate_decided, webhooks)
         #: This process's outage monitor: the job path's writes report into it.
         self.outages = PROCESS_OUTAGES if outages is None else outages
-        #: Publishes a job a pipeline queued, after its transaction commits (the normal
-        #: path: the runtime's publish; the dispatch relay covers a process that dies first).
-        self.enqueue = enqueue
-        #: Told of every wait at an approval gate that ended (approved, rejected, expired)
-        #: and since when it waited, after the decision commits (the process's metrics).
-        self.on_gate_decided = on_gate_decided
-        #: Who hears of a pipeline's events: each notification is an outbox row written
-        #: with its event (PipelineLedger.record), delivered by beat (tasks/webhooks.py).
-        self.webhooks = webhooks
         #: The pipeline's writes (run, advance, approve, reject, stop), in this ledger.
-        self.pipeline = PipelineLedger(self)
+        self.pipeline = PipelineLedger(self.parts)
+
+    @property
+    def jobs(self) -> JobStore:
+        """The job store this ledger writes in."""
+        return self.parts.jobs
+
+    @property
+    def plans(self) -> PlanStore | None:
+        """The plan store (None: jobs without plans, the spec's bare form)."""
+        return self.parts.plans
+
+    @property
+    def redactor(self) -> Redactor:
+        """Every error this ledger writes passes through it (planq's: built from settings)."""
+        return self.parts.redactor
+
+    @property
+    def enqueue(self) -> Enqueue | None:
+        """Publishes a job a pipeline queued, after its transaction commits."""
+        return self.parts.enqueue
+
+    @enqueue.setter
+    def enqueue(self, enqueue: Enqueue | None) -> None:
+        self.parts.enqueue = enqueue
+
+    @property
+    def on_gate_decided(self) -> GateObserver | None:
+        """Told of every wait at an approval gate that ended (the process's metrics)."""
+        return self.parts.on_gate_decided
+
+    @property
+    def webhooks(self) -> WebhookPolicy:
+        """Who hears of a pipeline's events (domain/webhooks.py)."""
+        return self.parts.webhooks
+
+    @webhooks.setter
+    def webhooks(self, policy: WebhookPolicy) -> None:
+        self.parts.webhooks = policy
 
     def redact_error(self, error: str | None) -> str | None:
         """An error as this ledger stores it: redacted, printable, bounded."""

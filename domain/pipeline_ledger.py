@@ -10,9 +10,7 @@ process that dies in between leaves a durable row the dispatch relay publishes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from planq.domain.clock import utcnow
 from planq.domain.errors import (
@@ -25,6 +23,7 @@ from planq.domain.errors import (
     SelfApprovalError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger_parts import LedgerParts
 from planq.domain.pipeline import (
     EventKind,
     PipelineRequest,
@@ -39,18 +38,11 @@ from planq.domain.pipeline import (
     waiting_for,
 )
 from planq.domain.plans import PipelineState, Plan, PlanPhase
+from planq.domain.ports import PlanStore
 from planq.domain.webhooks import NOTIFY, check_notify, deliveries_for
-
-if TYPE_CHECKING:
-    from planq.domain.ledger import JobLedger
-    from planq.domain.ports import PlanStore
 
 logger = logging.getLogger("planq.pipeline")
 
-#: Called after commit with the jobs a pipeline queued (the runtime's publish).
-Enqueue = Callable[[Sequence[AsyncJob]], None]
-#: Called after commit when a wait at a gate ended: (approved|rejected|expired, since when).
-GateObserver = Callable[[str, datetime], None]
 
 _ENDED = {
     AsyncJobStatus.succeeded: EventKind.succeeded,
@@ -63,14 +55,14 @@ TOO_LATE = "the cancel came too late: the last phase finished before a safe poin
 
 
 class PipelineLedger:
-    """The pipeline half of the jobs door: it writes only through its JobLedger's stores."""
+    """The pipeline half of the jobs door: it writes only through the ledger's parts."""
 
-    def __init__(self, ledger: JobLedger) -> None:
-        self.ledger = ledger
+    def __init__(self, parts: LedgerParts) -> None:
+        self.parts = parts
 
     @property
     def _plans(self) -> PlanStore:
-        plans = self.ledger.plans
+        plans = self.parts.plans
         if plans is None:
             raise PlanNotFoundError("(no plan store)")
         return plans
@@ -92,7 +84,7 @@ class PipelineLedger:
         Its texts pass through the ledger's redactor. An event that notifies (domain/
         webhooks.py's NOTIFY) is told to every receiver of `plan` (read if not given).
         """
-        redact = self.ledger.redactor
+        redact = self.parts.redactor
         event = PlanEvent(
             plan_id=plan_id,
             kind=kind,
@@ -101,20 +93,20 @@ class PipelineLedger:
             actor=None if actor is None else redact(actor),
             note=None if note is None else redact(note),
         )
-        with self.ledger.jobs.transaction():
+        with self.parts.jobs.transaction():
             self._plans.add_event(event)
             self._notify(event, plan)
         return event
 
     def _notify(self, event: PlanEvent, plan: Plan | None) -> None:
         """The outbox rows of an event that notifies, when there is anyone to tell."""
-        policy = self.ledger.webhooks
+        policy = self.parts.webhooks
         if event.kind not in NOTIFY or not policy.enabled:
             return
         plan = plan if plan is not None else self._plans.get(event.plan_id)
         if plan is None:
             return
-        deliveries = deliveries_for(event, plan, policy, self.ledger.redactor)
+        deliveries = deliveries_for(event, plan, policy, self.parts.redactor)
         if deliveries:
             self._plans.add_deliveries(deliveries)
 
@@ -157,10 +149,10 @@ class PipelineLedger:
         who = check_actor(actor)
         need = check_approvals(approvals, request.gate)
         receivers = check_notify(notify)
-        if receivers and not self.ledger.webhooks.enabled:
+        if receivers and not self.parts.webhooks.enabled:
             raise PipelineError("notify needs PLANQ_WEBHOOK_SECRET: every delivery is signed")
         job = AsyncJob(plan_id=plan.plan_id, phase=start)
-        with self.ledger.jobs.transaction():
+        with self.parts.jobs.transaction():
             plan.pipeline_started_by = who
             plan.pipeline_approvals = need
             plan.pipeline_approved_by = []
@@ -189,8 +181,8 @@ class PipelineLedger:
         traceback: str | None,
     ) -> bool:
         """End the job (the one finish statement) and take the pipeline's step, atomically."""
-        with self.ledger.jobs.transaction():
-            won = self.ledger.jobs.finish(
+        with self.parts.jobs.transaction():
+            won = self.parts.jobs.finish(
                 job.job_id,
                 status,
                 utcnow(),
@@ -276,7 +268,7 @@ class PipelineLedger:
             kind = EventKind.approved if approve else EventKind.rejected
             counted = f"{len(approvers)} of {need} approvals" if approve and need > 1 else None
             try:
-                with self.ledger.jobs.transaction():
+                with self.parts.jobs.transaction():
                     if approve:
                         plan.pipeline_approved_by = approvers
                     if opens:
@@ -362,7 +354,7 @@ class PipelineLedger:
             phase, note = waiting_for(plan), f"no decision within {timeout:g} s"
             since = plan.updated_at
             try:
-                with self.ledger.jobs.transaction():
+                with self.parts.jobs.transaction():
                     self._set_state(plan, PipelineState.expired)
                     self.record(
                         plan.plan_id,
@@ -386,14 +378,14 @@ class PipelineLedger:
 
     def _queue(self, job: AsyncJob, actor: str | None = None, note: str | None = None) -> AsyncJob:
         """The queue compare-and-set inside the caller's transaction; refused: roll back."""
-        if self.ledger.jobs.queue([job], utcnow()) is None:
+        if self.parts.jobs.queue([job], utcnow()) is None:
             raise ConcurrentUpdateError(f"plan {job.plan_id} changed while its pipeline moved")
         self.record(job.plan_id, EventKind.queued, job.phase, job.job_id, actor, note)
         return job
 
     def _observe(self, decision: str, since: datetime) -> None:
         """Tell the ledger's gate observer (metrics) of a decided wait; never fail for it."""
-        observe = self.ledger.on_gate_decided
+        observe = self.parts.on_gate_decided
         if observe is None:
             return
         try:
@@ -402,9 +394,9 @@ class PipelineLedger:
             logger.exception("the gate observer failed")
 
     def _publish(self, jobs: list[AsyncJob]) -> None:
-        if self.ledger.enqueue is None:
+        if self.parts.enqueue is None:
             return
         try:
-            self.ledger.enqueue(jobs)
+            self.parts.enqueue(jobs)
         except Exception:  # the rows are durable; the dispatch relay publishes them later
             logger.exception("%d pipeline job(s) committed but not published", len(jobs))
