@@ -60,10 +60,19 @@ class Planq:
 
     @cached_property
     def runtime(self) -> Any:
-        """planq.tasks.runtime.Runtime: ledger stores, engine, lifecycle, publisher."""
+        """planq.tasks.runtime.Runtime: ledger stores, engine, lifecycle, publisher.
+
+        A command that read first (`ledger`: a LedgerReader) hands its Database on, so a
+        find-then-write opens one pool, and the runtime closes it.
+        """
         from planq.tasks.runtime import runtime_for
 
-        return runtime_for(self.app)
+        reader = self.__dict__.get("ledger")
+        runtime = runtime_for(self.app, reader.db if reader is not None else None)
+        if reader is not None and runtime.db is not reader.db:
+            reader.close()  # the app had a runtime already: its pool serves from now on
+        self.__dict__["ledger"] = runtime  # reads go through the runtime's stores from now on
+        return runtime
 
     @cached_property
     def ledger(self) -> Any:

@@ -70,16 +70,23 @@ class Runtime:
     stamps); reads go through the stores (`jobs`, `plans`, `runs`).
     """
 
-    def __init__(self, app: Any, config: RuntimeConfig, node: str | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        config: RuntimeConfig,
+        node: str | None = None,
+        database: Database | None = None,
+    ) -> None:
         self.app = app
         self.config = config
         self.pid = os.getpid()
         self.node = node
         #: The redactor every ledger write, task error and log line of this process uses.
         self.redactor = config.redactor
-        if config.auto_migrate:
+        if database is None and config.auto_migrate:
             migrate_sqlite(config.database_url)
-        self.db = Database(config.database_url)
+        #: One pool per process: a command that read the ledger first hands its Database on.
+        self.db = database if database is not None else Database(config.database_url)
         self.jobs, self.plans = sql_ledger(self.db)
         self.executors = ExecutorRegistry.from_settings(config.executors, config.default_executor)
         #: The publish door (tasks/publisher.py): messages, then their dispatch stamps.
@@ -204,8 +211,12 @@ class RuntimeHolder:
         if runtime is not None and runtime.pid == os.getpid():
             runtime.name_node(node)
 
-    def get(self) -> Runtime:
-        """The Runtime of this process (a forked child drops the parent's, builds its own)."""
+    def get(self, database: Database | None = None) -> Runtime:
+        """The Runtime of this process (a forked child drops the parent's, builds its own).
+
+        `database`, when given, is the one a new Runtime uses (a CLI command that read
+        through it first), so one process keeps one pool; an existing Runtime keeps its own.
+        """
         runtime = self._runtime
         if runtime is not None and runtime.pid == os.getpid():
             return runtime
@@ -215,7 +226,7 @@ class RuntimeHolder:
                 return runtime
             if runtime is not None:
                 runtime.dispose_after_fork()
-            self._runtime = Runtime(self.app, self.config, self.node)
+            self._runtime = Runtime(self.app, self.config, self.node, database)
             return self._runtime
 
     def reset(self) -> None:
@@ -255,9 +266,9 @@ def holder_of(app: Any) -> RuntimeHolder:
     return holder
 
 
-def runtime_for(app: Any) -> Runtime:
+def runtime_for(app: Any, database: Database | None = None) -> Runtime:
     """The Runtime for app in this process, built on first use (and again after a fork)."""
-    return holder_of(app).get()
+    return holder_of(app).get(database)
 
 
 def reset_runtime(app: Any) -> None:
