@@ -18,7 +18,6 @@ from planq.domain.errors import (
     ConcurrentUpdateError,
     InvalidPlanTransitionError,
     NotAwaitingApprovalError,
-    PipelineError,
     PlanNotFoundError,
     SelfApprovalError,
 )
@@ -39,7 +38,7 @@ from planq.domain.pipeline import (
 )
 from planq.domain.plans import PipelineState, Plan, PlanPhase
 from planq.domain.ports import PlanStore
-from planq.domain.webhooks import NOTIFY, check_notify, deliveries_for
+from planq.domain.webhooks import NOTIFY, deliveries_for
 
 logger = logging.getLogger("planq.pipeline")
 
@@ -148,9 +147,7 @@ class PipelineLedger:
         request = PipelineRequest.check(start, through, approve_before, approval_timeout)
         who = check_actor(actor)
         need = check_approvals(approvals, request.gate)
-        receivers = check_notify(notify)
-        if receivers and not self.parts.webhooks.enabled:
-            raise PipelineError("notify needs PLANQ_WEBHOOK_SECRET: every delivery is signed")
+        receivers = self.parts.webhooks.check_receivers(notify)
         job = AsyncJob(plan_id=plan.plan_id, phase=start)
         with self.parts.jobs.transaction():
             plan.pipeline_started_by = who

@@ -93,6 +93,10 @@ class WebhookPolicy:
     timeout: float = DEFAULT_TIMEOUT
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     backoff_max: float = DEFAULT_BACKOFF_MAX
+    #: Hosts a pipeline's own `--notify` URL may name (`*`: any); empty: those of `urls`.
+    #: Whoever may run a pipeline may not make the fleet POST to any address it reaches
+    #: (a cloud's metadata service, an internal admin port): the operator says where.
+    notify_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -104,6 +108,26 @@ class WebhookPolicy:
             raise ConfigurationError(
                 "PLANQ_WEBHOOK_URLS needs PLANQ_WEBHOOK_SECRET: every delivery is signed"
             )
+
+    def allowed_hosts(self) -> frozenset[str]:
+        """The hosts `--notify` may name: the configured ones, else the fleet receivers'."""
+        hosts = self.notify_hosts or tuple(urlsplit(u).hostname or "" for u in self.urls)
+        return frozenset(h.lower() for h in hosts if h)
+
+    def check_receivers(self, urls: object) -> list[str]:
+        """A pipeline's own receivers, checked; PipelineError for one this fleet refuses."""
+        receivers = check_notify(urls)
+        if receivers and not self.enabled:
+            raise PipelineError("notify needs PLANQ_WEBHOOK_SECRET: every delivery is signed")
+        allowed = self.allowed_hosts()
+        for url in receivers:
+            host = (urlsplit(url).hostname or "").lower()
+            if "*" not in allowed and host not in allowed:
+                raise PipelineError(
+                    f"notify: host {host[:60]!r} is not among PLANQ_WEBHOOK_NOTIFY_HOSTS "
+                    f"({', '.join(sorted(allowed)) or 'none'})"
+                )
+        return receivers
 
     @property
     def enabled(self) -> bool:

@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
@@ -126,6 +133,9 @@ class PlanqSettings(BaseSettings):
     webhook_max_attempts: int = Field(webhooks.DEFAULT_MAX_ATTEMPTS, ge=1, le=100)
     #: The longest wait between two tries (they back off 1, 2, 4 … seconds up to it).
     webhook_backoff_max: float = _seconds(webhooks.DEFAULT_BACKOFF_MAX)
+    #: Hosts `plans run --notify` may name, a JSON list or names separated by commas (`*`:
+    #: any); unset: the hosts of PLANQ_WEBHOOK_URLS.
+    webhook_notify_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     @field_validator("database_url")
     @classmethod
@@ -174,16 +184,16 @@ class PlanqSettings(BaseSettings):
             raise ConfigurationError(f"PLANQ_REDACTION_PATTERNS: {exc}") from None
         return parsed
 
-    @field_validator("webhook_urls", mode="before")
+    @field_validator("webhook_urls", "webhook_notify_hosts", mode="before")
     @classmethod
-    def _webhook_urls(cls, value: object) -> object:
+    def _text_list(cls, value: object, info: ValidationInfo) -> object:
         parsed = _json(value)
         if isinstance(parsed, str):  # a, b, c
             parsed = [u.strip() for u in parsed.split(",") if u.strip()]
         if not (isinstance(parsed, list) and all(isinstance(u, str) for u in parsed)):
             raise ConfigurationError(
-                f"PLANQ_WEBHOOK_URLS: must be a JSON list of URLs or URLs separated by commas, "
-                f"got {_clip(redact_secrets(str(value)))!r}"
+                f"PLANQ_{str(info.field_name).upper()}: must be a JSON list or values separated "
+                f"by commas, got {_clip(redact_secrets(str(value)))!r}"
             )
         return parsed
 
@@ -211,6 +221,7 @@ class PlanqSettings(BaseSettings):
             timeout=self.webhook_timeout,
             max_attempts=self.webhook_max_attempts,
             backoff_max=self.webhook_backoff_max,
+            notify_hosts=tuple(self.webhook_notify_hosts),
         )
 
     def redactor(self) -> Redactor:

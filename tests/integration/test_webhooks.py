@@ -279,7 +279,13 @@ def test_notify_without_a_secret_or_with_a_bad_url_is_refused_and_writes_nothing
         assert rt.plans.get(plan.plan_id).pipeline_state is None  # type: ignore[union-attr]
     signed = app_for(redis_url, database_url, [])
     with embedded_runtime(signed, start=False) as rt:
-        for bad in (["ftp://host/x"], ["not a url"], "http://one.example/x", ["http:///path"]):
+        for bad in (
+            ["ftp://host/x"],
+            ["not a url"],
+            "http://one.example/x",
+            ["http:///path"],
+            ["http://169.254.169.254/latest/meta-data"],  # no receiver host allows it
+        ):
             with pytest.raises(PipelineError, match="notify"):
                 rt.lifecycle.run_plan(plan.plan_id, "apply", "apply", notify=bad)
         assert rt.jobs.list_by_plan(plan.plan_id) == []
@@ -364,8 +370,10 @@ def test_webhook_settings_are_checked_in_one_line(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PLANQ_WEBHOOK_SECRET", SECRET)
     assert load_settings().webhooks().urls == ("https://a.example/x", "https://b.example/y")
     monkeypatch.setenv("PLANQ_WEBHOOK_URLS", '["https://c.example/z"]')
+    monkeypatch.setenv("PLANQ_WEBHOOK_NOTIFY_HOSTS", "chat.example, c.example")
     settings = load_settings()
     assert settings.webhooks().urls == ("https://c.example/z",)
+    assert settings.webhooks().allowed_hosts() == {"chat.example", "c.example"}
     assert SECRET not in repr(settings) and SECRET not in repr(settings.webhooks())
 
 

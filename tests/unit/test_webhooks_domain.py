@@ -131,3 +131,22 @@ def test_a_ledger_without_webhooks_writes_no_delivery() -> None:
     plans.add(plan)
     JobLedger(jobs, plans).pipeline.record(plan.plan_id, EventKind.done, plan=plan)
     assert plans.list_deliveries() == []
+
+
+def test_a_pipelines_own_receiver_must_be_on_a_host_the_operator_allows() -> None:
+    """Running a pipeline does not let anyone make the fleet POST anywhere it can reach."""
+    fleet = WebhookPolicy(urls=("https://hooks.example/planq",), secret=SECRET)
+    assert fleet.check_receivers(["https://hooks.example/team-a"]) == [
+        "https://hooks.example/team-a"
+    ]  # the fleet receivers' hosts, by default
+    for elsewhere in ("http://169.254.169.254/latest/meta-data", "http://localhost:8080/admin"):
+        with pytest.raises(PipelineError, match="PLANQ_WEBHOOK_NOTIFY_HOSTS"):
+            fleet.check_receivers([elsewhere])
+    listed = WebhookPolicy(secret=SECRET, notify_hosts=("Chat.Example",))
+    assert listed.check_receivers(["https://chat.example/x"]) == ["https://chat.example/x"]
+    with pytest.raises(PipelineError, match=r"\(none\)"):  # no receiver, no host
+        WebhookPolicy(secret=SECRET).check_receivers(["https://hooks.example/x"])
+    anywhere = WebhookPolicy(secret=SECRET, notify_hosts=("*",))
+    assert anywhere.check_receivers(["https://any.example/x"]) == ["https://any.example/x"]
+    with pytest.raises(PipelineError, match="PLANQ_WEBHOOK_SECRET"):
+        WebhookPolicy(notify_hosts=("*",)).check_receivers(["https://any.example/x"])
