@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse
 
 from planq.cli import services
-from planq.cli.api import assets, dashboard_pages, fragments, shell, workers
+from planq.cli.api import dashboard_pages, fragments, shell, workers
 from planq.cli.api.dashboard_pages import ListQuery
 from planq.cli.api.models import FindingOut, RunSummaryOut
 from planq.cli.api.routes_runs import MAX_FINDINGS, recoverable_job
@@ -79,18 +79,6 @@ def fragment(planq: Session, name: str) -> HTMLResponse:
     if name not in SECTIONS:
         return html(fragments.error_box(f"no section {name!r}"), 404)
     return html(SECTIONS[name][1](planq))
-
-
-@router.get("/dashboard/assets/dashboard.js")
-def script() -> Response:
-    """The page's script."""
-    return Response(assets.JS, media_type="text/javascript")
-
-
-@router.get("/dashboard/assets/dashboard.css")
-def stylesheet() -> Response:
-    """The page's stylesheet."""
-    return Response(assets.CSS, media_type="text/css")
 
 
 def overview_sections(request: Request) -> list[Section]:
