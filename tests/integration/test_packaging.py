@@ -54,4 +54,5 @@ def test_the_sdist_and_the_wheel_build_with_warnings_as_errors(tmp_path: Path) -
     assert f"{info}/licenses/LICENSE" in names
     assert "planq/cli/api/static/dashboard.js" in names  # the dashboard's files ship
     assert "planq/cli/api/static/dashboard.css" in names
+    assert "planq/cli/api/templates/page.html" in names  # and its templates
     assert "planq/store/migrations/versions/" in "".join(names)
