@@ -117,6 +117,8 @@ def install_access(app: FastAPI) -> None:
                 role = role_for(method, path)
                 name = role.value if role is not None else "public"
                 operation["x-planq-role"] = name
+                if role is None:  # auth.py's HTTPBearer is app-wide: public needs none
+                    operation.pop("security", None)
                 operation["description"] = (
                     f"**Role: `{name}`.** {operation.get('description', '')}".strip()
                 )
