@@ -77,22 +77,9 @@ def clock(now: datetime | None = None) -> str:
     return (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-@dataclass(frozen=True)
-class Box:
-    """A section as the page template prints it: its content rendered, or None (placeholder)."""
-
-    key: str
-    title: str
-    src: str
-    tools: str
-    placeholder: str
-    inner: str | None
-
-
-def box(request: Request, section: Section, locked: bool) -> Box:
-    """A section's box: its content rendered inline when reads need no token."""
-    inner = None if section.render is None or locked else inline(request, section.render)
-    return Box(section.key, section.title, section.src, section.tools, section.placeholder, inner)
+def content(request: Request, section: Section, locked: bool) -> str | None:
+    """A section's content rendered inline when reads need no token; None: its placeholder."""
+    return None if section.render is None or locked else inline(request, section.render)
 
 
 def page(request: Request, title: str, sections: list[Section], active: str = "") -> HTMLResponse:
@@ -111,7 +98,7 @@ def page(request: Request, title: str, sections: list[Section], active: str = ""
             csrf_token=api_state(request).csrf.token(csrf[1]) if csrf else "",
             clock=clock(),
             assets=ASSETS,
-            sections=[box(request, s, locked) for s in sections],
+            sections=[(s, content(request, s, locked)) for s in sections],
         )
     )
     if csrf is not None:
