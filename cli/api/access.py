@@ -1,6 +1,7 @@
 """Who may call what: the one table of the role every route needs, and its check.
 
-GETs read (`read`) unless listed as public (pages and assets that carry no ledger data);
+GETs read (`read`) unless listed as public (pages that carry no ledger data; the static
+files under /dashboard/assets and /docs/assets are mounts, outside every route's check);
 every other method must be listed: `install_access` refuses to build an app with a write
 route this table does not name, so a new write can never fall through unguarded. The
 OpenAPI document shows each operation's role (`x-planq-role`, and in its description),
@@ -32,8 +33,6 @@ ROUTE_ROLES: dict[tuple[str, str], Role | None] = {
     ("GET", "/dashboard/plans/{plan_id}"): None,
     ("GET", "/dashboard/jobs/{job_id}"): None,
     ("GET", "/dashboard/runs/{run_id}"): None,
-    ("GET", "/dashboard/assets/dashboard.js"): None,
-    ("GET", "/dashboard/assets/dashboard.css"): None,
     ("GET", "/healthz"): None,
     ("GET", "/docs"): None,
     ("GET", "/api/whoami"): Role.read,
@@ -118,6 +117,8 @@ def install_access(app: FastAPI) -> None:
                 role = role_for(method, path)
                 name = role.value if role is not None else "public"
                 operation["x-planq-role"] = name
+                if role is None:  # auth.py's HTTPBearer is app-wide: public needs none
+                    operation.pop("security", None)
                 operation["description"] = (
                     f"**Role: `{name}`.** {operation.get('description', '')}".strip()
                 )

@@ -20,6 +20,7 @@ from planq.cli.api import (
     workers,
 )
 from planq.cli.api.access import install_access
+from planq.cli.api.assets import install_assets
 from planq.cli.api.auth import authorize
 from planq.cli.api.docs import install_docs
 from planq.cli.api.errors import install_error_handlers
@@ -68,6 +69,7 @@ def create_api(session: Planq | None = None, settings: Any = None) -> FastAPI:
     app.include_router(dashboard.router)
     app.include_router(metrics_route.router)
     app.include_router(sessions.router)
+    install_assets(app)
     install_docs(app)
 
     @app.get("/healthz", tags=["health"])

@@ -1,7 +1,8 @@
 """Who is calling: the principal a request's credential stands for, and its role's check.
 
 One app-wide dependency (`authorize`) reads the role the route needs from the access table
-(access.py) and the caller's credential: `Authorization: Bearer <token>`, or the
+(access.py) and the caller's credential: `Authorization: Bearer <token>` (FastAPI's
+HTTPBearer reads it and declares it in the OpenAPI document), or the
 dashboard's session cookie (HttpOnly, SameSite=Strict: the token entered once in the
 page). A token is PLANQ_API_TOKEN (the admin principal `default`, compared in constant
 time) or a principal's from `planq tokens create`, found by its hash on every request, so
@@ -16,9 +17,10 @@ front (same_origin.py); the caller is the principal `local`, trusted like the CL
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from planq.cli.api.access import role_for
 from planq.cli.api.state import api_state
@@ -37,6 +39,10 @@ TOUCH_EVERY = 60.0
 DEFAULT = Principal(name=DEFAULT_PRINCIPAL, roles=frozenset({Role.admin}))
 LOCAL = Principal(name=LOCAL_PRINCIPAL, roles=frozenset({Role.admin}))
 ANONYMOUS = Principal(name="anonymous", roles=frozenset({Role.read}))
+#: Reads `Authorization: Bearer <token>` and names the scheme in the OpenAPI document (so
+#: /docs' "Authorize" sends it); auto_error off: a missing one may still be the cookie's.
+BEARER = HTTPBearer(auto_error=False, description="PLANQ_API_TOKEN or a principal's token")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
 
 
 class Unauthorized(Exception):
@@ -79,12 +85,13 @@ def session_cookie(scope: Any) -> str:
     return f"planq_session_{server[1] if server else 0}"
 
 
-def _credential(request: Request) -> tuple[str, str] | None:
+def _credential(
+    request: Request, bearer: HTTPAuthorizationCredentials | None
+) -> tuple[str, str] | None:
     """("bearer" | "cookie", token) from the request, or None."""
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and given.strip():
-        return "bearer", given.strip()
-    if scheme:
+    if bearer is not None and bearer.credentials.strip():
+        return "bearer", bearer.credentials.strip()
+    if request.headers.get("authorization", "").strip():  # another scheme, or no token
         raise Unauthorized("the Authorization header must be `Bearer <token>`")
     cookie = request.cookies.get(session_cookie(request.scope))
     return ("cookie", cookie) if cookie else None
@@ -116,7 +123,7 @@ def _same_origin(request: Request) -> bool:
     return origin is not None and origin.lower() == here
 
 
-def authorize(request: Request) -> None:
+def authorize(request: Request, bearer: Bearer) -> None:
     """App dependency: the route's role, the caller's principal (request.state.principal)."""
     route = request.scope.get("route")
     role = role_for(request.method, getattr(route, "path", request.url.path))
@@ -126,7 +133,7 @@ def authorize(request: Request) -> None:
         return
     if role is None:
         return
-    credential = _credential(request)
+    credential = _credential(request, bearer)
     if credential is None:
         if role is Role.read and settings.api_open_reads:
             request.state.principal = ANONYMOUS

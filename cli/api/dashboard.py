@@ -17,10 +17,11 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
 from planq.cli import services
-from planq.cli.api import assets, dashboard_pages, fragments, shell, workers
+from planq.cli.api import dashboard_pages, fragments, shell, workers
 from planq.cli.api.dashboard_pages import ListQuery
 from planq.cli.api.models import FindingOut, RunSummaryOut
 from planq.cli.api.routes_runs import MAX_FINDINGS, recoverable_job
@@ -37,7 +38,7 @@ FAILED_SHOWN = 10
 FINDINGS_PAGE = 25
 
 
-def recoverable_section(planq: Planq) -> str:
+def recoverable_section(planq: Planq) -> Markup:
     """Registered recoverable jobs and their badges."""
     from planq.tasks.recoverable import registered_jobs
 
@@ -45,7 +46,7 @@ def recoverable_section(planq: Planq) -> str:
     return fragments.recoverable_table(jobs)
 
 
-def runs_section(planq: Planq) -> str:
+def runs_section(planq: Planq) -> Markup:
     """Recent runs of every job with their severity counts."""
     runs = planq.runs.list_runs(None, limit=RUNS_SHOWN)
     rows = [(RunSummaryOut.of(r), planq.runs.finding_severity_counts(r.id)) for r in runs]
@@ -81,18 +82,6 @@ def fragment(planq: Session, name: str) -> HTMLResponse:
     return html(SECTIONS[name][1](planq))
 
 
-@router.get("/dashboard/assets/dashboard.js")
-def script() -> Response:
-    """The page's script."""
-    return Response(assets.JS, media_type="text/javascript")
-
-
-@router.get("/dashboard/assets/dashboard.css")
-def stylesheet() -> Response:
-    """The page's stylesheet."""
-    return Response(assets.CSS, media_type="text/css")
-
-
 def overview_sections(request: Request) -> list[Section]:
     """The overview: recoverable jobs, runs, findings, workers, then each listing's first page."""
     sections = [
@@ -104,7 +93,7 @@ def overview_sections(request: Request) -> list[Section]:
             "findings",
             "Findings",
             "",
-            placeholder='<p class="muted">Pick a run\'s findings above.</p>',
+            placeholder="Pick a run's findings above.",
         )
     )
     sections.append(workers.workers_section(request))

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from html import escape
 from typing import Annotated
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
 from planq.cli import services
 from planq.cli.api import detail_html, fragments, listing, pipeline_html
@@ -24,6 +24,7 @@ from planq.cli.api.models import FindingOut, JobOut, PlanOut, RunSummaryOut
 from planq.cli.api.routes_ledger import plan_detail
 from planq.cli.api.shell import Section, html, page
 from planq.cli.api.state import api_state, session
+from planq.cli.api.templating import render
 from planq.cli.context import Planq
 from planq.cli.limits import MAX_PAGE_WINDOW
 from planq.cli.output import one_line
@@ -85,7 +86,7 @@ Listed = Annotated[ListQuery, Depends(list_query)]
 
 
 # -- what each section shows ----------------------------------------------------------------
-def plans_html(planq: Planq, q: ListQuery) -> str:
+def plans_html(planq: Planq, q: ListQuery) -> Markup:
     """Plans newest first with their phases, the total and the older page's link."""
     found = listing.plans(planq, q.limit, q.after or None, q.status, q.phase, q.ident)
     rows: list[tuple[PlanOut, dict[str, JobOut | None] | str]] = []
@@ -98,7 +99,7 @@ def plans_html(planq: Planq, q: ListQuery) -> str:
     return fragments.plans_table(rows, footer)
 
 
-def jobs_html(planq: Planq, q: ListQuery) -> str:
+def jobs_html(planq: Planq, q: ListQuery) -> Markup:
     """Jobs newest first (every status unless filtered), the total and the older page's link."""
     found = listing.jobs(planq, q.limit, q.after or None, q.status, q.phase, q.ident)
     footer = detail_html.pager(found, "/dashboard/jobs", "jobs", q.first and not q.ident)
@@ -110,7 +111,7 @@ def without_status(query: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in query.items() if k != "status"}
 
 
-def failed_html(planq: Planq, q: ListQuery) -> str:
+def failed_html(planq: Planq, q: ListQuery) -> Markup:
     """Failed jobs newest first, their error text in the row."""
     found = listing.jobs(planq, q.limit, q.after or None, "failed", q.phase, q.ident)
     found = replace(  # the page itself means status=failed: its links need not say so
@@ -122,15 +123,15 @@ def failed_html(planq: Planq, q: ListQuery) -> str:
     return fragments.failed_table([JobOut.of(j) for j in found.rows], footer)
 
 
-def plan_html(planq: Planq, plan_id: str) -> str:
+def plan_html(planq: Planq, plan_id: str) -> Markup:
     """One plan's page content."""
     detail = plan_detail(planq, plan_id)
     plan = PlanOut.model_validate(detail.model_dump(exclude={"step_list", "jobs", "phases"}))
-    page_html = detail_html.plan_detail(plan, detail.step_list, detail.jobs)
-    return page_html + pipeline_html.plan_pipeline(planq, plan_id)  # the pipeline's section
+    pipeline = pipeline_html.plan_pipeline(planq, plan_id)  # the pipeline's section
+    return detail_html.plan_detail(plan, detail.step_list, detail.jobs, pipeline)
 
 
-def job_html(planq: Planq, job_id: str, flower_url: str) -> str:
+def job_html(planq: Planq, job_id: str, flower_url: str) -> Markup:
     """One job's page content: every field the ledger's view of it has."""
     from planq.cli.views import job_dict
 
@@ -139,7 +140,7 @@ def job_html(planq: Planq, job_id: str, flower_url: str) -> str:
     )
 
 
-def run_html(planq: Planq, run_id: str, offset: int) -> str:
+def run_html(planq: Planq, run_id: str, offset: int) -> Markup:
     """One run's page content with a page of its findings."""
     run = services.find_run(planq, run_id)
     counts = planq.runs.finding_severity_counts(run.id)
@@ -150,26 +151,9 @@ def run_html(planq: Planq, run_id: str, offset: int) -> str:
 
 
 # -- the filter forms (in the shell, outside the refreshed part) -----------------------------
-def _select(name: str, label: str, values: tuple[str, ...], chosen: str) -> str:
-    options = "".join(
-        f'<option value="{v}"{" selected" if v == chosen else ""}>{v}</option>' for v in values
-    )
-    return (
-        f'<label>{label} <select name="{name}"><option value="">any</option>{options}'
-        "</select></label>"
-    )
-
-
-def filter_form(action: str, q: ListQuery, statuses: tuple[str, ...] | None) -> str:
+def filter_form(action: str, q: ListQuery, statuses: tuple[str, ...] | None) -> Markup:
     """A GET form: status, phase and an id to look for; it works with JavaScript off."""
-    status = _select("status", "status", statuses, q.status) if statuses else ""
-    return (
-        f'<form method="get" action="{action}" class="filters">{status}'
-        f"{_select('phase', 'phase', listing.PHASES, q.phase)}"
-        f'<label>id <input name="id" value="{escape(q.ident)}" size="28" maxlength="40" '
-        'placeholder="plan or job id" autocomplete="off"></label>'
-        f'<button type="submit" class="act">filter</button> <a href="{action}">clear</a></form>'
-    )
+    return render("filter_form.html", action=action, q=q, statuses=statuses, phases=listing.PHASES)
 
 
 @dataclass(frozen=True)

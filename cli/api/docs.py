@@ -1,14 +1,16 @@
-"""The OpenAPI page at /docs, with Swagger UI 5 served from files shipped in this package.
+"""The OpenAPI page at /docs, with Swagger UI 5 served from the fastapi-offline package.
 
-FastAPI's default page loads Swagger UI from a CDN, which an offline host cannot reach; the
-PyPI bundle planq used before carried Swagger UI 4, which cannot read the OpenAPI 3.1
-document FastAPI emits ("does not specify a valid version field"). The files are vendored
-from the npm package swagger-ui-dist (`swagger_ui/README.md` says which and how to update).
+FastAPI's default page loads Swagger UI from a CDN, which an offline host cannot reach.
+fastapi-offline ships Swagger UI's files (1.7.7: Swagger UI 5.32, which reads the OpenAPI
+3.1 document FastAPI emits); planq serves them from that package at /docs/assets rather
+than through its FastAPIOffline factory, which would add /redoc and an OAuth2 redirect page
+that planq's access table (access.py) does not name.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from importlib.metadata import version
+from importlib.resources import files
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -16,14 +18,13 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 ASSETS = "/docs/assets"
-SWAGGER_UI = Path(__file__).with_name("swagger_ui")
-SWAGGER_UI_VERSION = "5.32.15"
+SWAGGER_UI = str(files("fastapi_offline") / "static")
 
 
 def install_docs(app: FastAPI) -> None:
-    """Serve /docs (Swagger UI on /openapi.json) and its files from the package's own copy."""
+    """Serve /docs (Swagger UI on /openapi.json) and fastapi-offline's files it loads."""
     app.mount(ASSETS, StaticFiles(directory=SWAGGER_UI), name="swagger-ui")
-    asset = f"?v={SWAGGER_UI_VERSION}"  # a browser that cached 4.x fetches 5.x
+    asset = f"?v={version('fastapi-offline')}"  # an upgrade's files, not a cached copy
 
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
@@ -33,5 +34,5 @@ def install_docs(app: FastAPI) -> None:
             title=f"{app.title}: OpenAPI",
             swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js{asset}",
             swagger_css_url=f"{ASSETS}/swagger-ui.css{asset}",
-            swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+            swagger_favicon_url=f"{ASSETS}/favicon.png",
         )

@@ -11,15 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from html import escape
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
 from planq.cli.api import fragments
+from planq.cli.api.assets import ASSETS
 from planq.cli.api.auth import auth_on, reads_need_token
 from planq.cli.api.csrf import CsrfTokens
 from planq.cli.api.state import api_state
+from planq.cli.api.templating import render
 from planq.cli.context import Planq
 from planq.cli.output import classify, one_line
 
@@ -40,8 +41,8 @@ class Section:
     title: str
     src: str  #: the fragment URL the script refreshes it from; "" for a static section
     render: Callable[[Planq], str] | None = None
-    tools: str = ""  #: HTML beside the title (a filter form), outside the refreshed part
-    placeholder: str = '<p class="muted">loading…</p>'
+    tools: str = ""  #: rendered HTML beside the title (a filter form), outside the refreshed part
+    placeholder: str = "loading…"  #: the text shown until the content is there
 
 
 def html(text: str, status_code: int = 200) -> HTMLResponse:
@@ -49,11 +50,11 @@ def html(text: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(text, status_code=status_code, headers={"Cache-Control": "no-store"})
 
 
-def inline(request: Request, render: Callable[[Planq], str]) -> str:
+def inline(request: Request, content: Callable[[Planq], str]) -> str:
     """A section rendered into the shell; a failure is shown in place, never raised."""
     state = api_state(request)
     try:
-        return render(state.ready())
+        return content(state.ready())
     except Exception as exc:
         error = classify(exc)
         text = error.message if error is not None else f"internal error: {type(exc).__name__}"
@@ -72,56 +73,33 @@ def csrf_cookie(request: Request) -> tuple[str, str] | None:
 
 
 def clock(now: datetime | None = None) -> str:
-    """The header's clock: the server's time in UTC, labelled (the script keeps it current)."""
-    at = (now or datetime.now(UTC)).astimezone(UTC)
-    return f'<span id="clock" class="muted">{at.strftime("%Y-%m-%d %H:%M:%S")} UTC</span>'
+    """The header's clock: the server's time in UTC (the script keeps it current)."""
+    return (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def render_section(request: Request, section: Section, locked: bool) -> str:
-    """A section's box: title, tools and its content (inline when reads need no token)."""
-    if section.render is None or locked:
-        inner = section.placeholder
-    else:
-        inner = inline(request, section.render)
-    src = f' data-src="{escape(section.src)}"' if section.src else ""
-    return (
-        f'<section><div class="section-head"><h2>{escape(section.title)}</h2>{section.tools}'
-        f'</div><div id="{escape(section.key)}"{src}>{inner}</div></section>'
-    )
+def content(request: Request, section: Section, locked: bool) -> str | None:
+    """A section's content rendered inline when reads need no token; None: its placeholder."""
+    return None if section.render is None or locked else inline(request, section.render)
 
 
 def page(request: Request, title: str, sections: list[Section], active: str = "") -> HTMLResponse:
     """A whole dashboard page around sections."""
     settings = api_state(request).settings
     locked = reads_need_token(settings)
-    flower = str(settings.flower_url or "")
-    nav = "".join(
-        f'<a href="{href}"{" aria-current=page" if href == active else ""}>{label}</a>'
-        for href, label in NAV
-    )
-    flower_link = f'<a href="{escape(flower)}" rel="noopener">Flower</a>' if flower else ""
-    body = "".join(render_section(request, s, locked) for s in sections)
-    hidden = "" if locked else " hidden"
     csrf = csrf_cookie(request)
-    token = api_state(request).csrf.token(csrf[1]) if csrf else ""
-    meta = f'<meta name="planq-csrf" content="{token}">\n' if csrf else ""
     response = html(
-        f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-{meta}<title>{escape(title)}</title>
-<link rel="stylesheet" href="/dashboard/assets/dashboard.css"></head>
-<body data-refresh-ms="2000">
-<header><h1><a href="/dashboard">planq</a></h1><nav>{nav}{flower_link}<a href="/docs">API</a></nav>
-<span id="token-form"{hidden}><input id="token" type="password" placeholder="planq_… token"
- autocomplete="off"> <button type="button" class="act" id="save-token">sign in</button></span>
-<span id="who" class="muted"></span> <button type="button" class="act" id="sign-out"
- hidden>sign out</button>
-{clock()}<span id="updated" class="muted"></span><span id="notice" class="notice"
- role="status"></span></header>
-<main><div id="auth-error"></div>{body}</main>
-<script src="/dashboard/assets/dashboard.js"></script>
-</body></html>"""
+        render(
+            "page.html",
+            title=title,
+            nav=NAV,
+            active=active,
+            flower=str(settings.flower_url or ""),
+            locked=locked,
+            csrf_token=api_state(request).csrf.token(csrf[1]) if csrf else "",
+            clock=clock(),
+            assets=ASSETS,
+            sections=[(s, content(request, s, locked)) for s in sections],
+        )
     )
     if csrf is not None:
         response.set_cookie(*csrf, httponly=True, samesite="strict", path="/")

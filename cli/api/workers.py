@@ -17,17 +17,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from html import escape
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse
+from markupsafe import Markup
 
 from planq.cli import services
 from planq.cli.api.celery_view import CeleryAsker, CeleryView
-from planq.cli.api.fragments import ago, job_link, utc, when
 from planq.cli.api.shell import Section, html, page
 from planq.cli.api.state import api_state, session
+from planq.cli.api.templating import ago, render, utc
 from planq.cli.context import Planq
 
 router = APIRouter(include_in_schema=False)
@@ -74,34 +74,34 @@ def nodes(running: list[Any], celery: CeleryView | None) -> list[Node]:
     return sorted(found.values(), key=lambda n: (-len(n.jobs), n.name))
 
 
-def _celery_cell(node: Node, celery: CeleryView | None) -> str:
-    if celery is None or celery.error:
-        return '<span class="muted">not asked</span>'
-    if node.celery_active is None:
-        return '<span class="status warn">no reply</span>'
-    return f"{node.celery_active} active"
-
-
-def _heartbeat_cell(node: Node, stale_after: float, now: datetime) -> str:
-    if node.last_heartbeat is None:
-        return "-"
-    shown = when(node.last_heartbeat, now)
-    if (now - node.last_heartbeat).total_seconds() > stale_after:
-        return f'{shown} <span class="status bad">stale</span>'
-    return shown
-
-
-def _jobs_cell(node: Node) -> str:
-    if not node.jobs:
-        return '<span class="muted">idle</span>'
-    links = ", ".join(job_link(getattr(j, "job_id", None)) for j in node.jobs[:JOBS_SHOWN])
-    more = len(node.jobs) - JOBS_SHOWN
-    return f"{len(node.jobs)}: {links}" + (f" and {more} more" if more > 0 else "")
-
-
 def count(n: int, noun: str) -> str:
     """'1 node', '3 nodes'."""
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as its table row shows it: its pids in order, whether its beat is stale."""
+
+    node: Node
+    pids: str
+    stale: bool
+
+
+def summary(listed: list[Node], scanned: int, celery: CeleryView | None, at: datetime) -> list[str]:
+    """The lines under the table: what the ledger's scan and Celery's broadcast each said."""
+    busy = sum(1 for n in listed if n.jobs)
+    lines = [f"{count(scanned, 'running job')} on {count(busy, 'node')} (ledger)"]
+    if scanned >= RUNNING_SCAN:
+        lines[0] = f"the newest {RUNNING_SCAN:,} running jobs (ledger; there may be more)"
+    if celery is None:
+        lines.append("Celery: not asked yet")
+    elif celery.error:
+        lines.append(f"Celery: no answer ({celery.error[:200]})")
+    else:
+        asked = ago(celery.asked_utc, at)
+        lines.append(f"Celery: {count(len(celery.active), 'node')} answered (asked {asked})")
+    return lines
 
 
 def workers_table(
@@ -110,37 +110,28 @@ def workers_table(
     celery: CeleryView | None,
     stale_after: float,
     now: datetime | None = None,
-) -> str:
+) -> Markup:
     """The section's HTML: one row per node and what each view said."""
     at = now or datetime.now(UTC)
-    rows = "".join(
-        f'<tr data-node="{escape(n.name)}"><td>{escape(n.name)}</td>'
-        f"<td>{escape(', '.join(sorted(n.pids, key=lambda p: (len(p), p)))) or '-'}</td>"
-        f"<td>{_jobs_cell(n)}</td><td>{_heartbeat_cell(n, stale_after, at)}</td>"
-        f"<td>{_celery_cell(n, celery)}</td></tr>"
+    rows = [
+        NodeRow(
+            n,
+            ", ".join(sorted(n.pids, key=lambda p: (len(p), p))),
+            n.last_heartbeat is not None and (at - n.last_heartbeat).total_seconds() > stale_after,
+        )
         for n in listed
-    )
-    if not rows:
-        rows = '<tr><td colspan="5" class="muted">no running jobs, and no node answered</td></tr>'
-    busy = sum(1 for n in listed if n.jobs)
-    lines = [f"{count(scanned, 'running job')} on {count(busy, 'node')} (ledger)"]
-    if scanned >= RUNNING_SCAN:
-        lines[0] = f"the newest {RUNNING_SCAN:,} running jobs (ledger; there may be more)"
-    if celery is None:
-        lines.append("Celery: not asked yet")
-    elif celery.error:
-        lines.append(f"Celery: no answer ({escape(celery.error[:200])})")
-    else:
-        asked = ago(celery.asked_utc, at)
-        lines.append(f"Celery: {count(len(celery.active), 'node')} answered (asked {asked})")
-    return (
-        '<table class="workers"><thead><tr><th>node</th><th>processes</th>'
-        "<th>in-flight jobs</th><th>last heartbeat</th><th>Celery</th></tr></thead>"
-        f'<tbody>{rows}</tbody></table><p class="pager muted">{" · ".join(lines)}</p>'
+    ]
+    return render(
+        "workers_table.html",
+        rows=rows,
+        celery=celery,
+        now=at,
+        jobs_shown=JOBS_SHOWN,
+        lines=summary(listed, scanned, celery, at),
     )
 
 
-def workers_html(planq: Planq, asker: CeleryAsker) -> str:
+def workers_html(planq: Planq, asker: CeleryAsker) -> Markup:
     """The worker status section: the ledger's running jobs by node, and Celery's answer."""
     running = services.list_jobs(planq, "running", None, RUNNING_SCAN)
     celery = asker.view(planq.app)

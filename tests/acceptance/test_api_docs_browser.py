@@ -50,6 +50,7 @@ def test_docs_page_lists_the_api_operations_in_chromium(
             what="Swagger UI to list the API's operations or say why not",
         )
         operations: list[str] = browser.evaluate(LISTED)
+        authorize = browser.evaluate("!!document.querySelector('button.authorize')")
         text = browser.evaluate("document.body.innerText")
         urls = browser.evaluate(
             "performance.getEntriesByType('resource').map(e => e.name).concat([location.href])"
@@ -62,5 +63,10 @@ def test_docs_page_lists_the_api_operations_in_chromium(
     assert "GET /api/ledger/plans" in operations, operations
     assert "POST /api/ledger/plans/{plan_id}/{phase}" in operations
     assert len(operations) == sum(len(ops) for ops in spec["paths"].values())
+    # HTTPBearer declares the token, so the page offers to send it; public routes need none
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert authorize, "no Authorize button"
+    assert "security" not in spec["paths"]["/healthz"]["get"]
+    assert spec["paths"]["/api/ledger/plans"]["get"]["security"] == [{"HTTPBearer": []}]
     foreign = [u for u in urls if not u.startswith(api.url)]
     assert not foreign, f"/docs loaded files from elsewhere: {foreign}"

@@ -52,5 +52,7 @@ def test_the_sdist_and_the_wheel_build_with_warnings_as_errors(tmp_path: Path) -
         metadata = archive.read(f"{info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata.splitlines()
     assert f"{info}/licenses/LICENSE" in names
-    assert "planq/cli/api/swagger_ui/swagger-ui-bundle.js" in names  # /docs' assets ship
+    assert "planq/cli/api/static/dashboard.js" in names  # the dashboard's files ship
+    assert "planq/cli/api/static/dashboard.css" in names
+    assert "planq/cli/api/templates/page.html" in names  # and its templates
     assert "planq/store/migrations/versions/" in "".join(names)
