@@ -356,14 +356,14 @@ def gate_span(
 
 # -- recoverable runs ---------------------------------------------------------------------------
 @contextmanager
-def run_span(run_id: str, name: str, owner: str | None = None) -> Iterator[Span]:
-    """A recoverable run's span in its own trace, its checkpoints as events."""
-    attrs: dict[str, Any] = {RUN_ID: run_id, RUN_NAME: name}
+def run_span(name: str, owner: str | None = None) -> Iterator[Span]:
+    """A recoverable run's trigger, a span in a trace of its own; checkpoints as events."""
+    attrs: dict[str, Any] = {RUN_NAME: name}
     if owner:
         attrs[WORKER] = owner
     with tracer().start_as_current_span(
         SPAN_RUN.format(name=name),
-        kind=SpanKind.INTERNAL,
+        kind=SpanKind.CONSUMER,
         attributes=attrs,
         record_exception=False,
         set_status_on_exception=False,
@@ -373,6 +373,14 @@ def run_span(run_id: str, name: str, owner: str | None = None) -> Iterator[Span]
         except Exception as exc:
             span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             raise
+
+
+def run_ended(span: Span, run_id: str | None, status: object, scanned: int) -> None:
+    """What the run's trigger left: its id, its status (None: skipped or lost), rows scanned."""
+    if run_id:
+        span.set_attribute(RUN_ID, run_id)
+    span.set_attribute(RUN_STATUS, "none" if status is None else str(status))
+    span.set_attribute(SCANNED, scanned)
 
 
 def flush(timeout_millis: int = 5000) -> None:

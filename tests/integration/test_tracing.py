@@ -21,8 +21,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from planq.domain.jobs import AsyncJobStatus
-from planq.domain.plans import PipelineState, Plan
+from planq.domain.plans import PipelineState, Plan, PlanPhase
 from planq.tasks import tracing
+from planq.tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
+from planq.tasks.recoverable import task_name
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import (
     WorkerProcess,
@@ -281,3 +283,36 @@ def test_a_prefork_worker_exports_the_plans_spans_over_otlp(
         worker.close()
         reset_runtime(producer)
         receiver.close()
+
+
+def test_a_recoverable_run_is_a_span_with_its_checkpoints_as_events(
+    redis_url: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    app = make_app(redis_url, f"sqlite:///{tmp_path / 'runs.db'}", auto_migrate=True)
+    try:
+        rt = runtime_for(app)
+        plans = [rt.lifecycle.create_plan(["a"], name=f"p{i}").plan_id for i in range(30)]
+        rt.lifecycle.queue_phases(plans, PlanPhase.strategize)  # 30 job rows to scan
+        # the trigger task's body, called here (Celery runs a direct call in this process)
+        outcome = app.tasks[task_name(LEDGER_CONSISTENCY)](
+            args={"batch_size": "10", "checkpoint_rows": "5"}
+        )
+        assert outcome["completed"] is True, outcome
+        (span,) = named(spans.get_finished_spans(), f"planq.run {LEDGER_CONSISTENCY}")
+        attrs = dict(span.attributes or {})
+        assert (attrs[tracing.RUN_ID], attrs[tracing.RUN_STATUS]) == (
+            outcome["run_id"],
+            "Completed",
+        )
+        assert attrs[tracing.SCANNED] == outcome["scanned_count"]
+        checkpoints = [e for e in span.events if e.name == tracing.EVENT_CHECKPOINT]
+        assert (
+            checkpoints
+            and sum(
+                int((e.attributes or {})[tracing.SCANNED])
+                for e in checkpoints  # type: ignore[call-overload]
+            )
+            == outcome["scanned_count"]
+        )
+    finally:
+        reset_runtime(app)
