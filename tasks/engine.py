@@ -6,7 +6,8 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -18,7 +19,7 @@ from planq.domain.bounds import MAX_WORKER_ID_LENGTH
 from planq.domain.cancellation import CancellationToken
 from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from planq.domain.errors import LedgerRejectedError
+from planq.domain.errors import LedgerRejectedError, LedgerUnavailableError
 from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
 from planq.domain.ledger import JobLedger, PlanCancel, StuckReport
@@ -210,7 +211,7 @@ class AsyncWorker:
 
     def _run_traced(self, job_id: str, span: Span) -> tuple[JobReport, str | None]:
         """run_job_reporting's body: the report, and the status written (None: nothing)."""
-        with tracing.ledger_span("claim", job_id):
+        with _statement("claim", job_id):
             claimed = self.ledger.claim(job_id, self.worker_id)
         if claimed is None:
             logger.info(
@@ -219,16 +220,21 @@ class AsyncWorker:
             return JobReport(PickupResult.skipped), None
         job, plan = claimed
         tracing.describe_job(span, job.plan_id, job.phase.value, job.attempt, job.retry_of)
+        started = job.started_at or utcnow()
+        metrics.job_claimed(job.phase.value, (started - job.created_at).total_seconds())
         pipeline = plan is not None and plan.pipeline_state is not None
-        if pipeline:
-            self._record_started(job)
-        token = self.tracker.track(job.job_id)
         try:
-            verdict = self._run_executor(job, token, plan)
+            if pipeline:
+                self._record_started(job)
+            token = self.tracker.track(job.job_id)
+            try:
+                verdict = self._run_executor(job, token, plan)
+            finally:
+                self.tracker.untrack(job.job_id)
+            with _statement("finish", job_id):
+                verdict, wrote = self._finish(job, verdict, pipeline)
         finally:
-            self.tracker.untrack(job.job_id)
-        with tracing.ledger_span("finish", job_id):
-            verdict, wrote = self._finish(job, verdict, pipeline)
+            metrics.job_left(job.phase.value)
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return JobReport(PickupResult.finished_elsewhere), None
@@ -310,7 +316,7 @@ class AsyncWorker:
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
         """One fenced write; a refused one means the job is no longer ours: stop it now."""
-        with tracing.ledger_span("progress", job_id):
+        with _statement("progress", job_id):
             wrote = self.ledger.save_progress(job_id, progress, checkpoint, self.worker_id)
         if not wrote and self.tracker.cancel_local(job_id, LOST_CLAIM):
             logger.info("job %s: no longer running under %s; stopping", job_id, self.worker_id)
@@ -492,6 +498,23 @@ class AsyncWorker:
             return
         self.tracker.cancel_all(WORKER_SHUTDOWN)
         self._poller.stop(timeout)
+
+
+@contextmanager
+def _statement(statement: str, job_id: str) -> Iterator[None]:
+    """One ledger statement of a job: its span, and a counted failure if it fails."""
+    with tracing.ledger_span(statement, job_id):
+        try:
+            yield
+        except LedgerUnavailableError:
+            metrics.ledger_error(statement, "unavailable")
+            raise
+        except LedgerRejectedError:
+            metrics.ledger_error(statement, "rejected")
+            raise
+        except Exception:
+            metrics.ledger_error(statement, "other")
+            raise
 
 
 def _single(executor: Executor) -> ExecutorRegistry:

@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import REGISTRY
 
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.plans import PipelineState, Plan, PlanPhase
@@ -316,3 +317,25 @@ def test_a_recoverable_run_is_a_span_with_its_checkpoints_as_events(
         )
     finally:
         reset_runtime(app)
+
+
+def test_a_job_is_counted_in_queue_wait_and_running_while_it_runs(runtime: Runtime) -> None:
+    """The operator's metrics beside the traces: queue wait observed, running up then down."""
+
+    def sample(name: str, phase: str) -> float:
+        return REGISTRY.get_sample_value(name, {"phase": phase}) or 0.0
+
+    waits = sample("planq_job_queue_wait_seconds_count", "strategize")
+    plan = runtime.lifecycle.create_plan([{"name": f"s{i}", "seconds": 0.3} for i in range(10)])
+    queued = runtime.lifecycle.strategize_plan(plan.plan_id)
+    assert queued.job is not None
+    wait_for_status(runtime.jobs, queued.job.job_id, AsyncJobStatus.running)
+    wait_for(
+        lambda: sample("planq_jobs_running", "strategize") >= 1, timeout=10, what="running gauge"
+    )
+    assert sample("planq_job_queue_wait_seconds_count", "strategize") == waits + 1
+    assert runtime.worker.cancel_job(queued.job.job_id)
+    wait_for_status(runtime.jobs, queued.job.job_id, AsyncJobStatus.cancelled)
+    wait_for(
+        lambda: sample("planq_jobs_running", "strategize") == 0, timeout=10, what="gauge back at 0"
+    )
