@@ -41,10 +41,12 @@ _EXPORTER = InMemorySpanExporter()
 
 
 @pytest.fixture(scope="module")
-def sdk() -> InMemorySpanExporter:
+def sdk() -> Iterator[InMemorySpanExporter]:
     """The process's SDK provider, once (the API allows one per process), exporting in memory.
 
     If another test module installed a provider first, ours joins it as one more processor.
+    The provider stays for the rest of this xdist worker (the API cannot uninstall it): the
+    exporter is shut down after the module, so later modules' spans are not kept.
     """
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):
@@ -53,7 +55,8 @@ def sdk() -> InMemorySpanExporter:
         provider = trace.get_tracer_provider()
     assert isinstance(provider, TracerProvider)
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-    return _EXPORTER
+    yield _EXPORTER
+    _EXPORTER.shutdown()
 
 
 @pytest.fixture
