@@ -193,6 +193,30 @@ def test_no_secret_reaches_a_span(runtime: Runtime, spans: InMemorySpanExporter)
     assert "hunter2" not in text and "hunter2" not in str(span.status.description)
 
 
+def test_a_retry_is_a_child_of_the_failed_attempt_which_says_so(
+    redis_url: str, tmp_path: Path, spans: InMemorySpanExporter
+) -> None:
+    app = make_app(
+        redis_url, f"sqlite:///{tmp_path / 'retry.db'}", auto_migrate=True, max_attempts=2
+    )
+    with embedded_runtime(app) as rt:
+        plan = rt.lifecycle.create_plan([{"name": "a", "seconds": 0.01, "fail": "boom"}])
+        rt.lifecycle.strategize_plan(plan.plan_id)
+        found = jobs_ended(spans, plan.plan_id, 2)
+    first, second = sorted(
+        (s for s in found if s.name == "planq.job strategize"),
+        key=lambda s: dict(s.attributes or {})[tracing.ATTEMPT],  # type: ignore[arg-type,return-value]
+    )
+    retries = [e for e in first.events if e.name == tracing.EVENT_RETRY]
+    second_attrs = dict(second.attributes or {})
+    assert [dict(e.attributes or {})[tracing.NEW_JOB_ID] for e in retries] == [
+        second_attrs[tracing.JOB_ID]
+    ]
+    assert second_attrs[tracing.ATTEMPT] == 2
+    assert second_attrs[tracing.RETRY_OF] == dict(first.attributes or {})[tracing.JOB_ID]
+    assert second.parent is not None and second.parent.span_id == first.context.span_id
+
+
 # -- across processes: a prefork worker exporting over OTLP/HTTP -------------------------------
 class Receiver:
     """An OTLP/HTTP trace receiver on loopback: decodes each export, keeps the spans."""
