@@ -769,6 +769,28 @@ def set_events(app: Any, on: bool) -> None:
 
 
 LEDGER_SYSTEMS = ("planq", "planq-noev")
+#: planq with tracing on: the SDK, its batch processor, OTLP/HTTP to bench/otlp_sink.py.
+#: Last: the SDK is installed in the producer process once, for the rest of the run.
+OTEL_SYSTEM = "planq+otel"
+
+
+def otlp_sink(logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the local OTLP receiver (its own process): (process, traces endpoint)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = open(logdir / "otlp-sink.log", "ab")  # noqa: SIM115 (closed with the process)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.otlp_sink", str(port)], cwd=ROOT, stdout=out, stderr=out
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with socket.socket() as probe, contextlib.suppress(OSError):
+            probe.connect(("127.0.0.1", port))
+            return proc, f"http://127.0.0.1:{port}/v1/traces"
+        time.sleep(0.05)
+    proc.kill()
+    raise BenchError("the OTLP sink did not start")
 
 
 def ledger_system(
@@ -783,6 +805,16 @@ def ledger_system(
         "PLANQ_DEFAULT_EXECUTOR": "bench.executors:sleep" if args.job_seconds else "noop",
         "BENCH_JOB_SECONDS": str(args.job_seconds),
     }
+    sink: subprocess.Popen[bytes] | None = None
+    if name == OTEL_SYSTEM:  # tracing on in the producer (bootstrap) and every worker process
+        sink, endpoint = otlp_sink(logdir)
+        env.update(
+            {
+                "OTEL_TRACES_EXPORTER": "otlp",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+                "OTEL_SERVICE_NAME": "planq-bench",
+            }
+        )
     os.environ.update(env)  # the producer apps read the same environment as the workers
     from planq.worker_config.bootstrap import bootstrap
     from planq.worker_config.settings import load_settings
@@ -806,7 +838,7 @@ def ledger_system(
 
     # planq itself, configured as it ships; "planq-noev" is the same app with every Celery
     # task event off (its worker module, bench/planq_noevents.py, turns them off too).
-    events = name == "planq"
+    events = name in ("planq", OTEL_SYSTEM)
     app = bootstrap(load_settings())
     if not events:
         set_events(app, False)
@@ -832,6 +864,14 @@ def ledger_system(
 
         reset_runtime(app)
         conn["pg"].close()
+        if sink is not None:
+            from planq.tasks.tracing import flush
+
+            flush()
+            sink.terminate()
+            sink.wait(10)
+            for key in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+                os.environ.pop(key, None)
 
     return System(name, worker, app, make_enqueue, done), close
 
@@ -1068,6 +1108,20 @@ def peer_ratios(results: dict[str, SystemResult]) -> dict[str, float | None]:
     return out
 
 
+def tracing_ratios(results: dict[str, SystemResult]) -> dict[str, float]:
+    """The planq row with tracing on over planq as it ships (the API only, no SDK set up)."""
+    on, off = results.get(OTEL_SYSTEM), results.get("planq")
+    if on is None or off is None:
+        return {}
+    out = {
+        "e2e": round(on.jobs_per_s / off.jobs_per_s, 3),
+        "enqueue": round(on.enqueue_per_s / off.enqueue_per_s, 3),
+    }
+    if on.drain_per_s and off.drain_per_s:
+        out["drain"] = round(on.drain_per_s / off.drain_per_s, 3)
+    return out
+
+
 def ratio_label(key: str, over: str) -> str:
     """'procrastinate_e2e' over raw reads 'procrastinate/raw (e2e)'; plain keys are planq's."""
     for name in ("planq-noev", "procrastinate", "celery-sql"):
@@ -1136,6 +1190,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="also run planq with task events off (bench/planq_noevents.py) and raw+events",
     )
     p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also run planq with tracing on (planq+otel: SDK, batch processor, OTLP/HTTP\n"
+        "to a local receiver, bench/otlp_sink.py); needs planq[otel]",
+    )
+    p.add_argument(
         "--no-celery-sql",
         dest="celery_sql",
         action="store_false",
@@ -1185,7 +1245,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "planq"):
             from planq.store.migrate import upgrade
 
-            names = LEDGER_SYSTEMS if args.attribution else LEDGER_SYSTEMS[:1]
+            names = [*(LEDGER_SYSTEMS if args.attribution else LEDGER_SYSTEMS[:1])]
+            if args.tracing:
+                names.append(OTEL_SYSTEM)
             count = args.warmup + args.rounds * args.jobs * (2 if args.drain else 1)
             for name in names:
                 # Each system gets a fresh ledger, so none pays for another's table growth.
@@ -1258,6 +1320,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_planq_over_raw": ratios(results),
         "ratio_planq_over_procrastinate": peer_ratios(results),
         "ratio_planq_over_celery_sql": sql_backend_ratios(results),
+        "ratio_tracing_on_over_off": tracing_ratios(results),
         # Issue 10's targets (2,000 no-op jobs, one run); 0.9x raw is for --job-seconds 0.02.
         "targets": {
             "e2e_over_raw": 0.5,
@@ -1291,6 +1354,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratio {ratio_label(key, 'procrastinate')}: {value}")
     for key, value in out["ratio_planq_over_celery_sql"].items():
         print(f"ratio {ratio_label(key, 'celery-sql')}: {value}")
+    for key, value in out["ratio_tracing_on_over_off"].items():
+        print(f"ratio {OTEL_SYSTEM}/planq ({key}): {value}")
     print(f"results: {args.out}")
     with contextlib.suppress(Exception):
         for f in logdir.iterdir():

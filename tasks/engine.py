@@ -6,16 +6,20 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, NamedTuple
+
+from opentelemetry.context import Context
+from opentelemetry.trace import Span
 
 from planq.domain.bounds import MAX_WORKER_ID_LENGTH
 from planq.domain.cancellation import CancellationToken
 from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from planq.domain.errors import LedgerRejectedError
+from planq.domain.errors import LedgerRejectedError, LedgerUnavailableError
 from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
 from planq.domain.ledger import JobLedger, PlanCancel, StuckReport
@@ -26,7 +30,7 @@ from planq.domain.ports import CancelOutcome, JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
 from planq.domain.tracebacks import describe_traceback
 from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
-from planq.tasks import metrics
+from planq.tasks import metrics, tracing
 from planq.tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
 from planq.tasks.store_poller import StorePoller
 from planq.tasks.tracker import LOST_CLAIM, WORKER_SHUTDOWN, JobTracker
@@ -187,42 +191,66 @@ class AsyncWorker:
         """Claim by id (no read first), run, finish; what happened."""
         return self.run_job_reporting(job_id).result
 
-    def run_job_reporting(self, job_id: str) -> JobReport:
+    def run_job_reporting(
+        self,
+        job_id: str,
+        parent: Context | None = None,
+        phase: str | None = None,
+        queue: str | None = None,
+    ) -> JobReport:
         """The Celery task body: run_job, plus the error and traceback it wrote.
 
         Two ledger round trips on PostgreSQL: the claim moves the job and its plan and
         returns both; the finish ends the job and moves the plan (error and traceback in
         the same statement). Each rides out an outage inside the ledger door. The error and
         traceback come back as the row keeps them, so the task reports them without a read.
+        The whole run is the job's span (`tasks/tracing.py`), its statements child spans;
+        parent is the message's trace context (the phase task's), None outside Celery.
         """
-        claimed = self.ledger.claim(job_id, self.worker_id)
+        with tracing.job_span(job_id, self.worker_id, parent, phase, queue) as span:
+            report, status = self._run_traced(job_id, span)
+            tracing.job_ended(span, report.result.value, status, report.error)
+            return report
+
+    def _run_traced(self, job_id: str, span: Span) -> tuple[JobReport, str | None]:
+        """run_job_reporting's body: the report, and the status written (None: nothing)."""
+        with _statement("claim", job_id):
+            claimed = self.ledger.claim(job_id, self.worker_id)
         if claimed is None:
             logger.info(
                 "job %s: not claimable (unknown, owned by another delivery, or ended)", job_id
             )
-            return JobReport(PickupResult.skipped)
+            return JobReport(PickupResult.skipped), None
         job, plan = claimed
+        tracing.describe_job(span, job.plan_id, job.phase.value, job.attempt, job.retry_of)
+        started = job.started_at or utcnow()
+        metrics.job_claimed(job.phase.value, (started - job.created_at).total_seconds())
         pipeline = plan is not None and plan.pipeline_state is not None
-        if pipeline:
-            self._record_started(job)
-        token = self.tracker.track(job.job_id)
         try:
-            verdict = self._run_executor(job, token, plan)
+            if pipeline:
+                self._record_started(job)
+            token = self.tracker.track(job.job_id)
+            try:
+                verdict = self._run_executor(job, token, plan)
+            finally:
+                self.tracker.untrack(job.job_id)
+            with _statement("finish", job_id):
+                verdict, wrote = self._finish(job, verdict, pipeline)
         finally:
-            self.tracker.untrack(job.job_id)
-        verdict, wrote = self._finish(job, verdict, pipeline)
+            metrics.job_left(job.phase.value)
         if not wrote:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
-            return JobReport(PickupResult.finished_elsewhere)
+            return JobReport(PickupResult.finished_elsewhere), None
         self._count(verdict.result)
         self.observe_end(job, verdict.status)
         if verdict.status is AsyncJobStatus.failed:
             self._maybe_retry(job)
-        return JobReport(
+        report = JobReport(
             verdict.result,
             self.ledger.redact_error(verdict.error),
             self.ledger.redact_traceback(verdict.traceback),
         )
+        return report, verdict.status.value
 
     def _record_started(self, job: AsyncJob) -> None:
         """A pipeline plan's `started` event (one statement, pipeline plans only)."""
@@ -291,7 +319,8 @@ class AsyncWorker:
 
     def _save(self, job_id: str, progress: float | None, checkpoint: str | None) -> None:
         """One fenced write; a refused one means the job is no longer ours: stop it now."""
-        wrote = self.ledger.save_progress(job_id, progress, checkpoint, self.worker_id)
+        with _statement("progress", job_id):
+            wrote = self.ledger.save_progress(job_id, progress, checkpoint, self.worker_id)
         if not wrote and self.tracker.cancel_local(job_id, LOST_CLAIM):
             logger.info("job %s: no longer running under %s; stopping", job_id, self.worker_id)
 
@@ -330,6 +359,8 @@ class AsyncWorker:
         dispatch relay. None when a retry exists already or the plan moved on.
         """
         new = self.ledger.retry(job)
+        if new is not None:  # on the ended job's span, when it queues its own retry
+            tracing.current_event(tracing.EVENT_RETRY, {tracing.NEW_JOB_ID: new.job_id})
         if new is None or self.publish is None:
             return new, False
         try:
@@ -359,6 +390,7 @@ class AsyncWorker:
 
     def _deliver_cancel(self, job_id: str, outcome: CancelOutcome) -> None:
         """After a cancel committed: trip the token here, else broadcast; count it once."""
+        tracing.job_event(job_id, tracing.EVENT_CANCEL_REQUESTED, {tracing.CANCEL_VIA: "local"})
         ran_here = self.tracker.cancel_local(job_id)
         if ran_here or outcome is CancelOutcome.cancelled or self.broadcast_cancel is None:
             metrics.cancel_requested(outcome.value)
@@ -469,6 +501,23 @@ class AsyncWorker:
             return
         self.tracker.cancel_all(WORKER_SHUTDOWN)
         self._poller.stop(timeout)
+
+
+@contextmanager
+def _statement(statement: str, job_id: str) -> Iterator[None]:
+    """One ledger statement of a job: its span, and a counted failure if it fails."""
+    with tracing.ledger_span(statement, job_id):
+        try:
+            yield
+        except LedgerUnavailableError:
+            metrics.ledger_error(statement, "unavailable")
+            raise
+        except LedgerRejectedError:
+            metrics.ledger_error(statement, "rejected")
+            raise
+        except Exception:
+            metrics.ledger_error(statement, "other")
+            raise
 
 
 def _single(executor: Executor) -> ExecutorRegistry:

@@ -31,9 +31,31 @@ GATE_COUNT_CAP = 10_000
 
 @cache
 def _metrics() -> dict[str, Any]:
-    from prometheus_client import Counter, Histogram
+    from prometheus_client import Counter, Gauge, Histogram
 
     return {
+        "queue_wait": Histogram(
+            "planq_job_queue_wait_seconds",
+            "Job queued -> claimed by a worker (broker and worker backlog)",
+            ["phase"],
+            buckets=DURATION_BUCKETS,
+        ),
+        "running": Gauge(
+            "planq_jobs_running",
+            "Jobs running now (claimed, not yet finished), summed over live processes",
+            ["phase"],
+            multiprocess_mode="livesum",
+        ),
+        "webhooks": Counter(
+            "planq_webhook_deliveries_total",
+            "Webhook delivery tries, by outcome (delivered, retried, gave_up)",
+            ["outcome"],
+        ),
+        "ledger_errors": Counter(
+            "planq_ledger_errors_total",
+            "A job's ledger statement that failed (after riding out an outage), by kind",
+            ["statement", "kind"],
+        ),
         "jobs": Counter(
             "planq_jobs_total", "Jobs that ended, by phase and status", ["phase", "status"]
         ),
@@ -91,6 +113,35 @@ def job_finished(phase: str, status: str, seconds: float | None) -> None:
     m["jobs"].labels(phase=phase, status=status).inc()
     if seconds is not None:
         m["duration"].labels(phase=phase).observe(max(seconds, 0.0))
+
+
+@_safe
+def job_claimed(phase: str, queued_for: float) -> None:
+    """A worker claimed a job that waited `queued_for` seconds since it was queued."""
+    m = _metrics()
+    m["queue_wait"].labels(phase=phase).observe(max(queued_for, 0.0))
+    m["running"].labels(phase=phase).inc()
+
+
+@_safe
+def job_left(phase: str) -> None:
+    """A job this process claimed stopped running here (whatever it ended as)."""
+    _metrics()["running"].labels(phase=phase).dec()
+
+
+@_safe
+def ledger_error(statement: str, kind: str) -> None:
+    """A job's ledger statement failed: unavailable (outage past its budget), rejected, other."""
+    _metrics()["ledger_errors"].labels(statement=statement, kind=kind).inc()
+
+
+@_safe
+def webhook_tries(delivered: int, retried: int, gave_up: int) -> None:
+    """One delivery sweep's outcomes (tasks/webhooks.py)."""
+    counter = _metrics()["webhooks"]
+    for outcome, count in (("delivered", delivered), ("retried", retried), ("gave_up", gave_up)):
+        if count:
+            counter.labels(outcome=outcome).inc(count)
 
 
 @_safe

@@ -14,6 +14,7 @@ from planq.domain.ids import is_ulid
 from planq.domain.jobs import AsyncJob
 from planq.domain.plans import PlanPhase
 from planq.domain.redaction import describe_exception
+from planq.tasks import tracing
 from planq.tasks.engine import PickupResult
 from planq.tasks.runtime import runtime_for
 
@@ -106,8 +107,12 @@ class PhaseTask(Task):  # type: ignore[misc]
             shown = runtime.redactor(repr(args or job_id))[:SHOWN_ID_CHARS]
             logger.warning("%s: message without a valid job id (%s): dropped", self.name, shown)
             raise InvalidJobMessage(f"no valid job id in the message: {shown}")
+        parent = tracing.context_from(plan_id if is_ulid(plan_id) else None, self.request)
+        delivery = getattr(self.request, "delivery_info", None) or {}
         try:
-            result, error, stack = runtime.worker.run_job_reporting(job_id)
+            result, error, stack = runtime.worker.run_job_reporting(
+                job_id, parent, self.phase.value, delivery.get("routing_key")
+            )
         except Exception as exc:
             # Celery logs, stores and sends (to Flower) what escapes: only its redacted text,
             # with neither its traceback's cause chain nor its own message.

@@ -33,6 +33,7 @@ from planq.domain.jobs import AsyncJob
 from planq.domain.outage import DEFAULT_OUTAGE_BUDGET, PROCESS_OUTAGES, OutageMonitor
 from planq.domain.periodic import PeriodicBatch
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.tasks.tracing import message_headers
 
 logger = logging.getLogger("planq.publish")
 stamp_logger = logging.getLogger("planq.dispatch")
@@ -115,6 +116,7 @@ class JobPublisher:
             kwargsrepr=self.redactor(repr(kwargs)),
             producer=producer,
             ignore_result=True,
+            headers=message_headers(job.plan_id),
         )
 
     @staticmethod
@@ -154,6 +156,7 @@ class JobPublisher:
             kwargsrepr=kwargsrepr,
             declare=[],  # declared once, in _Batch.options
             retry=False,  # the pipeline flushes later; a failed flush is retried by send()
+            headers=message_headers(job.plan_id),  # the W3C trace context, if any
         )
 
 

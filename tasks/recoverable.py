@@ -37,10 +37,11 @@ from celery.utils.saferepr import saferepr
 from planq.domain.outage import ride_out_outage
 from planq.domain.redaction import Redactor
 from planq.domain.runs import RecoverableJobHandler, RunStatus, SweepResult, run_or_resume
-from planq.tasks import metrics, trigger_slot
+from planq.tasks import metrics, tracing, trigger_slot
 from planq.tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from planq.tasks.ledger_consistency import LedgerConsistencyHandler
 from planq.tasks.runtime import holder_of, run_owner_name, runtime_for
+from planq.tasks.traced_runs import traced_runs
 
 logger = logging.getLogger("planq.runs")
 
@@ -156,14 +157,16 @@ def register_recoverable_job(
             raise TypeError(f"args must be a dict or None, got {type(args).__name__}")
         owner = owner_for(app, self.request)
         runtime = runtime_for(app)
-        outcome = run_or_resume(
-            handler,
-            runtime.runs,
-            args,
-            owner=owner,
-            heartbeat=runtime.run_heartbeat,
-            redactor=runtime.redactor,
-        )
+        with tracing.run_span(name, owner) as span:
+            outcome = run_or_resume(
+                handler,
+                traced_runs(runtime.runs),
+                args,
+                owner=owner,
+                heartbeat=runtime.run_heartbeat,
+                redactor=runtime.redactor,
+            )
+            tracing.run_ended(span, outcome.run_id, outcome.status, outcome.scanned_count)
         if outcome.skipped is None and outcome.status is not None:
             metrics.run_stopped(handler.name, outcome.status.as_str())
             if outcome.status in {RunStatus.Completed, RunStatus.Failed}:

@@ -33,7 +33,7 @@ from celery.worker import state as worker_state
 
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.ports import CancelOutcome
-from planq.tasks import metrics
+from planq.tasks import metrics, tracing
 from planq.tasks.runtime import RECORDED, Runtime, runtime_for
 
 logger = logging.getLogger("planq.revoke")
@@ -71,6 +71,7 @@ REVOKE_ACTOR = "celery:revoke"
 
 def wake(runtime: Runtime, job_id: str) -> None:
     """Trip the job's token here, or poke the prefork child that runs it."""
+    tracing.job_event(job_id, tracing.EVENT_CANCEL_REQUESTED, {tracing.CANCEL_VIA: "revoke"})
     if runtime.worker.tracker.cancel_local(job_id):
         return
     for pid in _child_pids(job_id):

@@ -17,7 +17,6 @@ from functools import cached_property
 from typing import Any
 
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from planq.domain.lifecycle import PlanLifecycleService
 from planq.domain.ports import CancelOutcome
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs import RecoverableJobHandler, RunHeartbeat
@@ -30,6 +29,7 @@ from planq.store.sql_principals import SqlPrincipalStore
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
 from planq.tasks.publisher import JobPublisher
+from planq.tasks.traced_lifecycle import TracedLifecycle
 from planq.tasks.webhooks import WebhookSender
 
 logger = logging.getLogger("planq.runtime")
@@ -107,7 +107,7 @@ class Runtime:
             webhooks=config.webhooks,
         )
         self.ledger = self.worker.ledger
-        self.lifecycle = PlanLifecycleService(
+        self.lifecycle = TracedLifecycle(
             self.plans,
             self.jobs,
             config.worker,

@@ -6,7 +6,7 @@
 | after_setup_logger, after_setup_task_logger | the redacting filter on every handler |
 | worker_init | name the node; the revoke bridge; the metrics endpoint; the runs' boot sweep |
 | worker_process_init | a prefork child: its Runtime, and the tracker's wake-up signals |
-| worker_process_shutdown | the child's metrics file |
+| worker_process_shutdown | the child's metrics file; its spans flushed |
 | worker_shutting_down | warm shutdown: trip the tokens, signal the children, pause runs |
 | beat_init | beat sends no task events for its sweeps |
 | task_prerun, task_postrun | a phase delivery holds its cancellation token |
@@ -41,7 +41,7 @@ from celery.signals import (
 )
 
 from planq.domain.log_redaction import install_redacting_filter
-from planq.tasks import metrics
+from planq.tasks import metrics, tracing
 from planq.tasks.recoverable import pause_at_shutdown, sweep_at_boot
 from planq.tasks.revoke_bridge import POKE_SIGNAL, install_revoke_bridge
 from planq.tasks.runtime import holder_of, run_owner_name, runtime_for
@@ -91,6 +91,10 @@ def connect_signals(app: Celery, preflight: Callable[[], None] | None = None) ->
 
     def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
         metrics.process_exited(pid or os.getpid())
+        try:  # billiard ends the child with os._exit: export its spans first
+            tracing.flush()
+        except Exception:
+            logger.exception("could not flush this process's spans")
 
     def _on_process_init(**_: Any) -> None:
         # A prefork child: rebuild the runtime (the parent's pool is dropped, not closed)

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from planq.domain.cancellation import CancellationToken
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
 from planq.domain.periodic import PeriodicBatch
-from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.redaction import BUILTIN, Redactor, describe_exception
+from planq.tasks import tracing
 
 logger = logging.getLogger("planq.heartbeat")
 
@@ -126,6 +127,7 @@ class JobTracker:
         if token is None:
             return False
         token.cancel(reason)
+        tracing.job_event(job_id, tracing.EVENT_TOKEN_TRIPPED, {tracing.CANCEL_REASON: reason})
         return True
 
     def cancel_all(self, reason: str = WORKER_SHUTDOWN) -> list[str]:
@@ -162,9 +164,17 @@ class JobTracker:
         return len(ids)
 
     def _beat_ids(self, ids: list[str]) -> set[str]:
-        asked = self._beat(ids)
+        try:
+            asked = self._beat(ids)
+        except Exception as exc:  # the loop reports it; each job's span shows it too
+            error = describe_exception(exc, self.redactor)
+            tracing.jobs_event(ids, tracing.EVENT_HEARTBEAT_FAILED, {tracing.ERROR: error})
+            raise
         self.beats += 1
         for job_id in asked:
+            tracing.job_event(
+                job_id, tracing.EVENT_CANCEL_REQUESTED, {tracing.CANCEL_VIA: "heartbeat"}
+            )
             self.cancel_local(job_id, CANCEL_REQUESTED)
         return asked
 

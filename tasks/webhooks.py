@@ -28,6 +28,7 @@ from planq.domain.webhooks import (
     WebhookPolicy,
     next_try,
 )
+from planq.tasks import metrics
 
 logger = logging.getLogger("planq.webhooks")
 #: Rows leased per read: each is one POST of at most the timeout, inside the lease.
@@ -82,6 +83,7 @@ class WebhookSender:
                 self._send(delivery, report)
             if len(due) < BATCH:
                 break
+        metrics.webhook_tries(len(report.delivered), len(report.retried), len(report.gave_up))
         return report
 
     def _send(self, delivery: Delivery, report: DeliveryReport) -> None:

@@ -21,6 +21,7 @@ from planq.tasks.signals import connect_signals
 from planq.worker_config.celery_config import celery_config
 from planq.worker_config.preflight import preflight
 from planq.worker_config.settings import PlanqSettings, load_settings
+from planq.worker_config.telemetry import configure_tracing
 
 
 def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
@@ -49,6 +50,7 @@ def bootstrap(
     Settings default to the environment (`PLANQ_*`).
     """
     settings = settings or load_settings()
+    configure_tracing()  # the OTel SDK, once per process, if OTEL_* asks (a no-op otherwise)
     app = app if app is not None else Celery(main, set_as_current=False)
     app.conf.update(celery_config(settings))
     config = runtime_config(settings)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from prometheus_client import REGISTRY
 
 from planq.domain.clock import utcnow
 from planq.domain.errors import ConfigurationError, PipelineError
@@ -221,6 +222,11 @@ def test_a_receiver_answering_500_is_retried_with_the_same_event_id_then_once(
 def test_a_delivery_is_given_up_after_its_bound_and_kept_until_the_ttl(
     redis_url: str, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    def tries(outcome: str) -> float:
+        found = REGISTRY.get_sample_value("planq_webhook_deliveries_total", {"outcome": outcome})
+        return found or 0.0
+
+    retried, gave_up = tries("retried"), tries("gave_up")
     broken = Receiver(fail=1000).start()
     app = app_for(redis_url, database_url, [broken.url], webhook_max_attempts=3)
     try:
@@ -243,6 +249,7 @@ def test_a_delivery_is_given_up_after_its_bound_and_kept_until_the_ttl(
     finally:
         broken.stop()
     assert (row.attempts, row.last_error) == (3, "HTTP 500")
+    assert (tries("retried") - retried, tries("gave_up") - gave_up) == (2, 1)  # the metric
     assert before == after == 3
     assert kept_ttl >= 0 and len(kept) == 1 and gone == []
     assert "given up after 3 tries: HTTP 500" in caplog.text
