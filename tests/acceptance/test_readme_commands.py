@@ -165,6 +165,13 @@ def test_skipped_python_still_compiles() -> None:
                 ast.parse(block.code, filename=f"{name(page)}:{block.line}")
 
 
+def test_the_readme_stays_short_and_the_architecture_a_picture() -> None:
+    # issue 35: the README is the front door, the architecture the picture; detail is
+    # in the pages they link.
+    assert len(README.read_bytes()) <= 12 * 1024
+    assert len((ROOT / "docs" / "architecture.md").read_text().splitlines()) <= 400
+
+
 def test_the_parser_reads_markers_and_fences() -> None:
     text = "x\n<!-- readme-test: skip why not -->\n```bash\necho hi\n```\n\n```python\npass\n```\n"
     assert readme_blocks(text) == [
