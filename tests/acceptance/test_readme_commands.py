@@ -6,8 +6,8 @@ with the exports of the blocks before it. Every other page's blocks (README.md a
 docs/ pages this project's docs own) are marked `ci` or `skip`, and their Python is
 compiled. Only what the quick-start itself names is substituted: the broker URL (this
 test's Redis database), the ledger's database name (a throw-away one, which the page's
-own `createdb` creates), and the metrics and Flower ports (free ones). A `<!-- readme-test: … -->` comment before a block
-changes how it is treated:
+own `createdb` creates), and the metrics and Flower ports (free ones). A
+`<!-- readme-test: … -->` comment before a block changes how it is treated:
 
 * `background`: each line is a long-running process (worker, beat, Flower), started in
   its own session and stopped at the end with a warm shutdown (SIGTERM);
