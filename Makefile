@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-compose lint unit format bench clean
+.PHONY: demo test test-compose lint unit format bench clean docs
 
 # setuptools says "Editable installation: folders in your working directory with the same
 # name as your package may take precedence" on every editable install that maps a package
@@ -62,6 +62,11 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/throughput.py
+
+# docs/reference/ (settings, CLI, HTTP routes) generated from the code;
+# tests/unit/test_reference_docs.py fails when a committed page differs.
+docs: $(STAMP)
+	$(BIN)/python .ci/reference_docs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .typecheck planq.db*

@@ -1,17 +1,21 @@
-"""Every command in README.md is run here, against the real Redis and PostgreSQL (issue #13).
+"""Every command in README.md and the docs is run or compiled here (issues #13, #35).
 
-The README's ```bash and ```python blocks run in order in a temp dir, as a newcomer would
-type them, each in bash with the exports of the blocks before it. Only what the README
-itself names is substituted: the broker URL (this test's Redis database), the ledger's
-database name (a throw-away one, which the README's own `createdb` creates), and the
-metrics and Flower ports (free ones). A `<!-- readme-test: … -->` comment before a block
-changes how it is treated:
+The quick-start's (docs/quickstart.md) ```bash and ```python blocks run in order in a temp
+dir, against the real Redis and PostgreSQL, as a newcomer would type them, each in bash
+with the exports of the blocks before it. Every other page's blocks (README.md and the
+docs/ pages this project's docs own) are marked `ci` or `skip`, and their Python is
+compiled. Only what the quick-start itself names is substituted: the broker URL (this
+test's Redis database), the ledger's database name (a throw-away one, which the page's
+own `createdb` creates), and the metrics and Flower ports (free ones). A
+`<!-- readme-test: … -->` comment before a block changes how it is treated:
 
 * `background`: each line is a long-running process (worker, beat, Flower), started in
   its own session and stopped at the end with a warm shutdown (SIGTERM);
 * `ci`: CI runs it itself (`make demo`, `make test`): checked against the Makefile and
   .ci/run, never run from here (`make test` would run this test again);
 * `skip REASON`: cannot run here (docker compose; a fragment); Python is compiled.
+
+docs/benchmarks.md and docs/security.md keep their own conventions (their owners' tests).
 """
 
 from __future__ import annotations
@@ -38,15 +42,23 @@ pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+QUICKSTART = ROOT / "docs" / "quickstart.md"
+NOT_OURS = {"benchmarks.md", "security.md"}  # pages with conventions of their own
 MARKERS = {"background", "ci", "skip"}
 FENCE = re.compile(r"^```(\w*)")
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(\w+)\s*(.*?)\s*-->$")
 BLOCK_TIMEOUT = 300  # seconds for one foreground block (the slow plan takes ~12 s)
 
 
+def pages() -> list[Path]:
+    """README.md and the docs pages whose blocks this test checks."""
+    docs = [*sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs").glob("*/*.md"))]
+    return [README, *(p for p in docs if p.name not in NOT_OURS and p.parent.name != "spec")]
+
+
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of the README."""
+    """One fenced block of a page."""
 
     lang: str
     code: str
@@ -55,9 +67,9 @@ class Block:
     line: int
 
 
-def readme_blocks(text: str | None = None) -> list[Block]:
-    """The README's fenced blocks, each with the marker comment right above it (if any)."""
-    lines = (README.read_text() if text is None else text).splitlines()
+def readme_blocks(text: str | None = None, page: Path = README) -> list[Block]:
+    """A page's fenced blocks, each with the marker comment right above it (if any)."""
+    lines = (page.read_text() if text is None else text).splitlines()
     blocks: list[Block] = []
     i = 0
     while i < len(lines):
@@ -90,19 +102,39 @@ def commands(block: Block) -> list[str]:
 # -- the conventions, checked without services -----------------------------------------------
 
 
+def name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
 def test_every_marker_is_known_and_a_skip_says_why() -> None:
-    blocks = readme_blocks()
-    assert {b.marker for b in blocks} <= MARKERS | {""}
-    for block in blocks:
-        if block.marker == "skip":
-            assert block.reason, f"README line {block.line}: a skip marker needs its reason"
+    for page in pages():
+        blocks = readme_blocks(page=page)
+        assert {b.marker for b in blocks} <= MARKERS | {""}, name(page)
+        for block in blocks:
+            if block.marker == "skip":
+                assert block.reason, f"{name(page)} line {block.line}: a skip needs its reason"
 
 
 def test_shell_blocks_are_bash_so_that_they_are_run() -> None:
-    for block in readme_blocks():
-        assert block.lang not in {"sh", "shell", "console", "zsh", "py"}, (
-            f"README line {block.line}: write ```bash or ```python (run by this test)"
-        )
+    for page in pages():
+        for block in readme_blocks(page=page):
+            assert block.lang not in {"sh", "shell", "console", "zsh", "py"}, (
+                f"{name(page)} line {block.line}: write ```bash or ```python (run or compiled)"
+            )
+
+
+def test_only_the_quick_start_runs_unmarked_blocks() -> None:
+    # Everywhere else a ```bash or ```python block says why it is not run, so that no page
+    # looks tested when it is not.
+    for page in pages():
+        if page == QUICKSTART:
+            continue
+        for block in readme_blocks(page=page):
+            if block.lang in {"bash", "python"}:
+                assert block.marker in {"ci", "skip"}, (
+                    f"{name(page)} line {block.line}: mark it `skip REASON` (only the "
+                    "quick-start is run), or move it to docs/quickstart.md"
+                )
 
 
 def test_make_demo_and_make_test_are_the_first_two_commands_and_ci_runs_them() -> None:
@@ -119,16 +151,25 @@ def test_make_demo_and_make_test_are_the_first_two_commands_and_ci_runs_them() -
 
 
 def test_only_make_targets_are_left_to_ci() -> None:
-    for block in readme_blocks():
-        if block.marker == "ci":
-            for command in commands(block):
-                assert shlex.split(command, comments=True)[0] == "make", command
+    for page in pages():
+        for block in readme_blocks(page=page):
+            if block.marker == "ci":
+                for command in commands(block):
+                    assert shlex.split(command, comments=True)[0] == "make", command
 
 
 def test_skipped_python_still_compiles() -> None:
-    for block in readme_blocks():
-        if block.lang == "python":
-            ast.parse(block.code, filename=f"README.md:{block.line}")
+    for page in pages():
+        for block in readme_blocks(page=page):
+            if block.lang == "python":
+                ast.parse(block.code, filename=f"{name(page)}:{block.line}")
+
+
+def test_the_readme_stays_short_and_the_architecture_a_picture() -> None:
+    # issue 35: the README is the front door, the architecture the picture; detail is
+    # in the pages they link.
+    assert len(README.read_bytes()) <= 12 * 1024
+    assert len((ROOT / "docs" / "architecture.md").read_text().splitlines()) <= 400
 
 
 def test_the_parser_reads_markers_and_fences() -> None:
@@ -171,7 +212,7 @@ class Session:
         )
         if done.returncode != 0:
             pytest.fail(
-                f"README block at line {block.line} exited {done.returncode}:\n{block.code}\n"
+                f"quick-start block at line {block.line} exited {done.returncode}:\n{block.code}\n"
                 f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}\n"
                 f"{self.background_logs()}"
             )
@@ -216,17 +257,17 @@ class Session:
 
 @pytest.fixture
 def database_name() -> Iterator[str]:
-    """A fresh name for the README's `createdb`; the database is dropped after."""
+    """A fresh name for the quick-start's `createdb`; the database is dropped after."""
     name = f"planq_readme_{uuid.uuid4().hex[:10]}"
     yield name
     drop_pg_database(f"{PG_ADMIN_DSN.rsplit('/', 1)[0]}/{name}")
 
 
 def substituted(blocks: list[Block], replacements: dict[str, str]) -> list[Block]:
-    """The blocks with the README's own URLs, names and ports replaced (each must occur)."""
+    """The blocks with the page's own URLs, names and ports replaced (each must occur)."""
     text = "".join(b.code for b in blocks)
     for old in replacements:
-        assert old in text, f"the README no longer says {old!r}: update this test's substitutions"
+        assert old in text, f"the quick-start no longer says {old!r}: update the substitutions"
     # One pass: a replacement's own text is never replaced again (a free metrics port such
     # as 55551 would otherwise have its "5555" turned into Flower's port).
     pattern = re.compile("|".join(re.escape(old) for old in sorted(replacements, key=len)[::-1]))
@@ -247,7 +288,7 @@ def test_the_readme_quick_start_runs_against_real_services(
 ) -> None:
     flush_redis(REDIS_TEST_URL)
     metrics_port, flower_port = free_port(), free_port()
-    runnable = [b for b in readme_blocks() if b.lang in {"bash", "python"}]
+    runnable = [b for b in readme_blocks(page=QUICKSTART) if b.lang in {"bash", "python"}]
     blocks = substituted(
         runnable,
         {
@@ -266,7 +307,7 @@ def test_the_readme_quick_start_runs_against_real_services(
         k: v for k, v in os.environ.items() if not k.startswith(("PLANQ_", "FLOWER_", "CELERY_"))
     }
     base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}"
-    base.pop("PYTHONPATH", None)  # planq is installed: the README's commands need no path
+    base.pop("PYTHONPATH", None)  # planq is installed: the quick-start's commands need no path
     session = Session(tmp_path, base)
     try:
         for block in blocks:
