@@ -26,6 +26,7 @@ from planq.store.validation import (
     check_batch_size,
     check_cap,
     check_checkpoint_json,
+    check_deliveries,
     check_error_message,
     check_error_traceback,
     check_event,
@@ -483,12 +484,7 @@ class CheckedPlanStore(ABC):
 
     def add_deliveries(self, deliveries: Sequence[Delivery]) -> None:
         """Insert outbox rows, in the caller's transaction."""
-        rows = list(deliveries)
-        for delivery in rows:
-            if not isinstance(delivery, Delivery):
-                raise TypeError(f"deliveries must be Delivery, got {type(delivery).__name__}")
-        if rows:
-            self._add_deliveries(rows)
+        self._add_deliveries(check_deliveries(deliveries))
 
     def claim_deliveries(
         self, now: datetime, lease_until: datetime, limit: int = 50
@@ -507,7 +503,8 @@ class CheckedPlanStore(ABC):
         """Note a failed try: due again at retry_at, or given up (None)."""
         check_id("delivery_id", delivery_id)
         when = None if retry_at is None else check_moment("retry_at", retry_at)
-        return self._delivery_failed(delivery_id, error[:MAX_ERROR_LENGTH], when)
+        text = check_error_message(error[:MAX_ERROR_LENGTH] if isinstance(error, str) else error)
+        return self._delivery_failed(delivery_id, text or "", when)
 
     def list_deliveries(self, plan_id: str | None = None, limit: int = 100) -> list[Delivery]:
         """Outbox rows, oldest first."""

@@ -39,6 +39,7 @@ from planq.domain.jobs import (
 )
 from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.plans import Plan
+from planq.domain.webhooks import Delivery
 
 _T = TypeVar("_T")
 
@@ -78,6 +79,16 @@ def check_plan(plan: object) -> None:
     if not isinstance(plan, Plan):
         raise WrongTypeError("plan", "must be a Plan", describe(plan))
     plan.check_fields()
+
+
+def check_deliveries(items: object) -> list[Delivery]:
+    """A batch of webhook outbox rows (1 to MAX_BATCH, each a Delivery)."""
+
+    def one(item: object) -> None:
+        if not isinstance(item, Delivery):
+            raise WrongTypeError("deliveries", "must be a list of Delivery", describe(item))
+
+    return _check_batch("deliveries", items, Delivery, "deliver", one)
 
 
 def _check_batch(

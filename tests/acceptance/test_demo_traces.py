@@ -23,6 +23,7 @@ def console_spans(text: str) -> list[dict[str, Any]]:
 
 
 def test_the_demo_prints_one_trace_per_plan_naming_each_phase(tmp_path: Path) -> None:
+    """The whole demo as a process (~13 s: its own plans run their phases; a real floor)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLANQ_", "OTEL_"))}
     env.update(CI="true", TMPDIR=str(tmp_path), OTEL_TRACES_EXPORTER="console")
     proc = subprocess.run(

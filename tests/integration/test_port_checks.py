@@ -27,6 +27,7 @@ from planq.domain.pipeline import EventKind, PlanEvent
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import JobStore, PlanStore
 from planq.domain.runs.ports import Fresh, RunStore, RunStoreProvider
+from planq.domain.webhooks import Delivery
 from planq.store import (
     Database,
     InMemoryJobStore,
@@ -113,6 +114,12 @@ def _valid() -> dict[Any, Callable[[], object]]:
         "total": lambda: None,
         "error_message": lambda: None,
         "message": lambda: "boom",
+        "deliveries": lambda: [
+            Delivery(event_id=new_id(), plan_id=new_id(), url="https://h.example/x", body="{}")
+        ],
+        "lease_until": utcnow,
+        "delivery_id": new_id,
+        "retry_at": lambda: None,
     }
 
 

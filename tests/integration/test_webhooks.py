@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,6 @@ import pytest
 from celery import Celery
 from prometheus_client import REGISTRY
 
-from planq.domain.clock import utcnow
 from planq.domain.errors import ConfigurationError, PipelineError
 from planq.domain.pipeline import EventKind
 from planq.domain.plans import PipelineState, Plan
@@ -168,38 +166,6 @@ def test_the_gate_its_approval_and_the_end_reach_the_receiver_signed_once_each(
     assert finished["plan"]["pipeline"]["state"] == "done"
     ids = [b["id"] for b in receiver.accepted()]
     assert len(ids) == len(set(ids))  # once per event id
-
-
-def test_a_receiver_down_for_30_s_gets_the_gate_after_once(
-    redis_url: str, postgres_url: str
-) -> None:
-    """Connection refused for 30 s: the row backs off and stays due; up again, once."""
-    down = Receiver()  # its port is reserved, nothing listens on it yet
-    app = app_for(
-        redis_url, postgres_url, [down.url], webhook_backoff_max=2.0, webhook_max_attempts=40
-    )
-    with embedded_runtime(app) as rt:
-        plan = gated_plan(rt)
-        reaches(rt, plan.plan_id, PipelineState.awaiting_approval)
-        deadline = utcnow() + timedelta(seconds=30)
-
-        def tried_and_failed() -> bool:
-            rows = rt.plans.list_deliveries(plan.plan_id)
-            return bool(rows) and rows[0].attempts >= 3 and "refused" in (rows[0].last_error or "")
-
-        wait_for(tried_and_failed, timeout=30, what="three refused tries")
-        wait_for(lambda: utcnow() >= deadline, timeout=31, what="30 s down")
-        [row] = rt.plans.list_deliveries(plan.plan_id)
-        assert row.next_at is not None  # still due: not given up
-        down.start()
-        try:
-            wait_for(lambda: down.accepted_types() == ["gate.waiting"], timeout=15, what="it")
-            wait_for(lambda: not rt.plans.list_deliveries(plan.plan_id), what="an empty outbox")
-            stays = rt.plans.list_deliveries(plan.plan_id)
-        finally:
-            down.stop()
-    assert stays == []
-    assert len(down.requests) == 1  # exactly once, though it was tried many times
 
 
 def test_a_receiver_answering_500_is_retried_with_the_same_event_id_then_once(
