@@ -12,8 +12,9 @@
 | task_prerun, task_postrun | a phase delivery holds its cancellation token |
 | task_revoked | one log line |
 
-Ledger state transitions never happen here (Celery swallows a receiver's exception); they
-happen in the task body. Handlers only set up the process and wake the tracker.
+No job's state moves here (Celery swallows a receiver's exception): that happens in the task
+body. Two handlers write recoverable-run rows: the boot sweep on worker_init and the
+shutdown pause on worker_shutting_down; the rest set up the process and wake the tracker.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ own `createdb` creates), and the metrics and Flower ports (free ones). A
   .ci/run, never run from here (`make test` would run this test again);
 * `skip REASON`: cannot run here (docker compose; a fragment); Python is compiled.
 
-docs/benchmarks.md and docs/security.md keep their own conventions (their owners' tests).
+docs/benchmarks.md keeps its own conventions (its commands are the bench's).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.processes
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 QUICKSTART = ROOT / "docs" / "quickstart.md"
-NOT_OURS = {"benchmarks.md", "security.md"}  # pages with conventions of their own
+NOT_OURS = {"benchmarks.md"}  # a page with conventions of its own
 MARKERS = {"background", "ci", "skip"}
 FENCE = re.compile(r"^```(\w*)")
 MARKER = re.compile(r"^<!--\s*readme-test:\s*(\w+)\s*(.*?)\s*-->$")
