@@ -13,6 +13,7 @@ from planq.domain.clock import as_utc
 from planq.domain.errors import ConcurrentUpdateError, PlanNotFoundError
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import PipelineState, Plan
+from planq.store.batched_delete import delete_in_batches
 from planq.store.checked import CheckedPlanStore
 from planq.store.database import OnDatabase
 from planq.store.keyset import past_cursor
@@ -190,20 +191,4 @@ class SqlPlanStore(OnDatabase, SqlWebhookOutbox, CheckedPlanStore):
         recent one, in DEFAULT, or on SQLite everywhere) go in short batches.
         """
         total = drop_expired_partitions(self.db.engine, cutoff, EVENTS)
-        while True:
-            doomed = (
-                select(E.event_id)
-                .where(E.at < cutoff)
-                .order_by(E.at)
-                .limit(batch_size)
-                .scalar_subquery()
-            )
-            with self.db.session() as s:
-                deleted: int = s.execute(
-                    delete(E)
-                    .where(E.event_id.in_(doomed))
-                    .execution_options(synchronize_session=False)
-                ).rowcount  # type: ignore[attr-defined]
-            total += deleted
-            if deleted < batch_size:
-                return total
+        return total + delete_in_batches(self.db, E.event_id, E.at, E.at < cutoff, batch_size)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import and_, delete, insert, select, update
 
 from planq.domain.webhooks import Delivery
+from planq.store.batched_delete import delete_in_batches
 from planq.store.database import Database
 from planq.store.models import WebhookDeliveryModel
 
@@ -71,21 +72,5 @@ class SqlWebhookOutbox:
 
     def _delete_deliveries_before(self, cutoff: datetime, batch_size: int) -> int:
         """DELETE given-up rows before cutoff, in batches (the given-up index)."""
-        total = 0
-        while True:
-            doomed = (
-                select(W.delivery_id)
-                .where(W.next_at.is_(None), W.created_at < cutoff)
-                .order_by(W.created_at)
-                .limit(batch_size)
-                .scalar_subquery()
-            )
-            with self.db.session() as s:
-                deleted: int = s.execute(
-                    delete(W)
-                    .where(W.delivery_id.in_(doomed))
-                    .execution_options(synchronize_session=False)
-                ).rowcount  # type: ignore[attr-defined]
-            total += deleted
-            if deleted < batch_size:
-                return total
+        given_up = and_(W.next_at.is_(None), W.created_at < cutoff)
+        return delete_in_batches(self.db, W.delivery_id, W.created_at, given_up, batch_size)
