@@ -153,6 +153,29 @@ def active() -> bool:
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
+@contextmanager
+def _span(
+    name: str, kind: SpanKind, attributes: Mapping[str, Any], **options: Any
+) -> Iterator[Span]:
+    """The one way planq opens a span: a failure records the exception's type only.
+
+    An exception's message may hold a secret, so neither it nor a traceback reaches a span.
+    """
+    with tracer().start_as_current_span(
+        name,
+        kind=kind,
+        attributes=dict(attributes),
+        record_exception=False,
+        set_status_on_exception=False,
+        **options,
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
 # -- producer side -----------------------------------------------------------------------------
 @contextmanager
 def producer_span(
@@ -170,20 +193,8 @@ def producer_span(
     attrs = dict(attributes or {})
     if first is not None:
         attrs.setdefault(PLAN_ID, first)
-    with tracer().start_as_current_span(
-        name,
-        context=ctx,
-        kind=SpanKind.PRODUCER,
-        links=links,
-        attributes=attrs,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except Exception as exc:  # the type only: a message may hold a secret
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
+    with _span(name, SpanKind.PRODUCER, attrs, context=ctx, links=links) as span:
+        yield span
 
 
 def message_headers(plan_id: str) -> dict[str, str] | None:
@@ -255,20 +266,11 @@ def job_span(
         attrs[QUEUE] = queue
     if phase:
         attrs[PHASE] = phase
-    with tracer().start_as_current_span(
-        SPAN_JOB.format(phase=phase or "?"),
-        context=parent,
-        kind=SpanKind.CONSUMER,
-        attributes=attrs,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
+    name = SPAN_JOB.format(phase=phase or "?")
+    with _span(name, SpanKind.CONSUMER, attrs, context=parent) as span:
         LIVE.put(job_id, span)
         try:
             yield span
-        except Exception as exc:
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
         finally:
             LIVE.drop(job_id)
 
@@ -295,18 +297,9 @@ def job_ended(span: Span, result: str, status: str | None, error: str | None) ->
 @contextmanager
 def ledger_span(statement: str, job_id: str) -> Iterator[Span]:
     """One ledger statement of a job (claim, finish, progress), a child of its job span."""
-    with tracer().start_as_current_span(
-        SPAN_LEDGER.format(statement=statement),
-        kind=SpanKind.CLIENT,
-        attributes={JOB_ID: job_id},
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except Exception as exc:
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
+    name = SPAN_LEDGER.format(statement=statement)
+    with _span(name, SpanKind.CLIENT, {JOB_ID: job_id}) as span:
+        yield span
 
 
 def job_event(job_id: str, name: str, attributes: Mapping[str, Any] | None = None) -> None:
@@ -367,18 +360,8 @@ def run_span(name: str, owner: str | None = None) -> Iterator[Span]:
     attrs: dict[str, Any] = {RUN_NAME: name}
     if owner:
         attrs[WORKER] = owner
-    with tracer().start_as_current_span(
-        SPAN_RUN.format(name=name),
-        kind=SpanKind.CONSUMER,
-        attributes=attrs,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except Exception as exc:
-            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            raise
+    with _span(SPAN_RUN.format(name=name), SpanKind.CONSUMER, attrs) as span:
+        yield span
 
 
 def run_ended(span: Span, run_id: str | None, status: object, scanned: int) -> None:
