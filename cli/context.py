@@ -75,6 +75,11 @@ class Planq:
         return runtime
 
     @cached_property
+    def service(self) -> Any:
+        """planq.tasks.service.PlanqService: every write (jobs, plans, runs), one object."""
+        return self.runtime.service
+
+    @cached_property
     def ledger(self) -> Any:
         """Read-only stores (jobs, plans, runs) without Celery: all a listing needs.
 

@@ -31,6 +31,7 @@ from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.plans import Plan, PlanPhase
 from planq.tasks.embedded import EmbeddedWorker
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
+from planq.tasks.service import PlanqService
 from planq.worker_config.bootstrap import bootstrap
 from planq.worker_config.settings import load_settings
 
@@ -179,7 +180,12 @@ def _wait_for(
 
 
 def _run_phase(
-    runtime: Runtime, app: Celery, plan: Plan, phase: PlanPhase, bars: Progress
+    service: PlanqService,
+    ledger: Runtime,
+    app: Celery,
+    plan: Plan,
+    phase: PlanPhase,
+    bars: Progress,
 ) -> tuple[str, str]:
     """Queue one phase with `.delay(plan_id)`, follow its job's row; (job id, plan label)."""
     result = app.tasks[f"planq.{phase.value}_plan"].delay(plan.plan_id)
@@ -189,7 +195,7 @@ def _run_phase(
     bar = bars.add_task(f"{phase.value:<10} {job_id[-8:]}", total=100, status="queued")
     stop = time.monotonic() + PHASE_DEADLINE
     while True:
-        row = runtime.jobs.get(job_id)
+        row = ledger.jobs.get(job_id)
         if row is not None:
             bars.update(bar, completed=(row.progress or 0.0) * 100, status=row.status.value)
             if row.status in TERMINAL_STATUSES:
@@ -200,13 +206,14 @@ def _run_phase(
         time.sleep(POLL)
     if row.status is not AsyncJobStatus.succeeded:
         raise DemoError(f"{phase.value} job {job_id} ended {row.status.value}: {row.error_message}")
-    return job_id, runtime.lifecycle.get_plan(plan.plan_id).label
+    return job_id, service.plans.find(plan.plan_id).label
 
 
-def _cancel_running_job(runtime: Runtime, app: Celery, console: Console) -> float:
+def _cancel_running_job(
+    service: PlanqService, ledger: Runtime, app: Celery, console: Console
+) -> float:
     """Start a slow job, cancel it mid-run, wait for the ledger to say so; the latency."""
-    lifecycle = runtime.lifecycle
-    plan = lifecycle.create_plan(SLOW_STEPS, name="slow-backfill")
+    plan = service.plans.create(SLOW_STEPS, name="slow-backfill")
     result = app.tasks["planq.strategize_plan"].delay(plan.plan_id)
     if result is None:
         raise DemoError("strategize of slow-backfill queued no job")
@@ -214,7 +221,7 @@ def _cancel_running_job(runtime: Runtime, app: Celery, console: Console) -> floa
     row = _wait_for(
         f"slow-backfill job {job_id} running with progress",
         CANCEL_DEADLINE,
-        lambda: runtime.jobs.get(job_id),
+        lambda: ledger.jobs.get(job_id),
         lambda r: r.status is AsyncJobStatus.running and (r.progress or 0.0) > 0,
     )
     console.print(
@@ -222,19 +229,18 @@ def _cancel_running_job(runtime: Runtime, app: Celery, console: Console) -> floa
         f"on {row.worker_id}: cancel_job()"
     )
     asked = time.monotonic()
-    if not runtime.worker.cancel_job(job_id):
-        raise DemoError(f"cancel_job({job_id}) was refused")
+    service.jobs.cancel(job_id)  # refused: a typed error, the demo fails
     row = _wait_for(
         f"job {job_id} cancelled",
         CANCEL_DEADLINE,
-        lambda: runtime.jobs.get(job_id),
+        lambda: ledger.jobs.get(job_id),
         lambda r: r.status in TERMINAL_STATUSES,
         poll=0.01,
     )
     latency = time.monotonic() - asked
     if row.status is not AsyncJobStatus.cancelled:
         raise DemoError(f"job {job_id} ended {row.status.value}, not cancelled")
-    label = lifecycle.get_plan(plan.plan_id).label
+    label = service.plans.find(plan.plan_id).label
     if label != "Strategize/CANCELLED":
         raise DemoError(f"slow-backfill is {label}, expected Strategize/CANCELLED")
     console.print(
@@ -251,13 +257,13 @@ def _duration(job: AsyncJob) -> str:
     return f"{(job.finished_at - job.started_at).total_seconds():.2f}s"
 
 
-def _ledger_table(runtime: Runtime) -> Table:
-    names = {p.plan_id: p.name for p in runtime.plans.list_all()}
+def _ledger_table(ledger: Runtime) -> Table:
+    names = {p.plan_id: p.name for p in ledger.plans.list_all()}
     table = Table(title="job ledger", title_justify="left")
     for column in ("job id", "plan", "phase", "status", "attempt", "progress", "worker"):
         table.add_column(column, no_wrap=column in ("job id", "worker"))
     table.add_column("duration", justify="right")
-    for job in runtime.jobs.list_all():
+    for job in ledger.jobs.list_all():
         progress = "-" if job.progress is None else f"{job.progress * 100:.0f}%"
         table.add_row(
             job.job_id,
@@ -272,11 +278,11 @@ def _ledger_table(runtime: Runtime) -> Table:
     return table
 
 
-def _plans_table(runtime: Runtime) -> Table:
+def _plans_table(ledger: Runtime) -> Table:
     table = Table(title="plans", title_justify="left")
     for column in ("plan id", "name", "state", "steps"):
         table.add_column(column, no_wrap=True)
-    for plan in runtime.plans.list_all():
+    for plan in ledger.plans.list_all():
         table.add_row(plan.plan_id, plan.name, plan.label, str(len(plan.steps)))
     return table
 
@@ -303,21 +309,22 @@ def run_demo() -> int:
         beat = EmbeddedBeat(app, tmp / "celerybeat-schedule")
         beat.start()
         console.print(
-            f"worker {runtime.worker.worker_id} (threads x{runtime.worker.config.max_workers})"
+            f"worker {embedded.worker_id} (threads x{runtime.config.worker.max_workers})"
             " and beat running in this process"
         )
 
-        plan = runtime.lifecycle.create_plan(MAIN_STEPS, name="nightly-rebalance")
+        service = runtime.service
+        plan = service.plans.create(MAIN_STEPS, name="nightly-rebalance")
         console.print(f"\nplan nightly-rebalance {plan.plan_id}: {len(MAIN_STEPS)} steps")
         with _progress(console) as bars:
-            finished = [_run_phase(runtime, app, plan, phase, bars) for phase in PHASES]
+            finished = [_run_phase(service, runtime, app, plan, phase, bars) for phase in PHASES]
         for phase, (job_id, label) in zip(PHASES, finished, strict=True):
             console.print(f"  {phase.value:<10} job {job_id} succeeded -> plan {label}")
         console.print()
 
-        _cancel_running_job(runtime, app, console)
+        _cancel_running_job(service, runtime, app, console)
         console.print()
-        run_pipeline_demo(runtime, app, console)  # a plan that runs itself through a gate
+        run_pipeline_demo(service, app, console)  # a plan that runs itself through a gate
         console.print()
         console.print(_ledger_table(runtime))
         console.print(_plans_table(runtime))

@@ -23,19 +23,19 @@ class PipelineDemoError(Exception):
     """The pipeline did not reach the state the demo waits for."""
 
 
-def _wait_state(runtime: Any, plan_id: str, state: PipelineState) -> Plan:
+def _wait_state(service: Any, plan_id: str, state: PipelineState) -> Plan:
     stop = time.monotonic() + DEADLINE
     while time.monotonic() < stop:
-        plan: Plan = runtime.lifecycle.get_plan(plan_id)
+        plan: Plan = service.plans.find(plan_id)
         if plan.pipeline_state is state:
             return plan
         time.sleep(POLL)
     raise PipelineDemoError(f"plan {plan_id} never reached pipeline state {state.value}")
 
 
-def run_pipeline_demo(runtime: Any, app: Any, console: Console) -> Plan:
+def run_pipeline_demo(service: Any, app: Any, console: Console) -> Plan:
     """Run one plan through a gate, approve it after showing the wait; the finished plan."""
-    plan = runtime.lifecycle.create_plan(STEPS, name="reviewed-rollout")
+    plan = service.plans.create(STEPS, name="reviewed-rollout")
     console.print(
         f"plan reviewed-rollout {plan.plan_id}: "
         'run_plan.delay(plan_id, through="apply", approve_before="apply")'
@@ -43,12 +43,12 @@ def run_pipeline_demo(runtime: Any, app: Any, console: Console) -> Plan:
     app.tasks["planq.run_plan"].delay(
         plan.plan_id, through="apply", approve_before="apply", actor="demo"
     )
-    waiting = _wait_state(runtime, plan.plan_id, PipelineState.awaiting_approval)
+    waiting = _wait_state(service, plan.plan_id, PipelineState.awaiting_approval)
     console.print(f"  waiting at its gate: plan {waiting.label}, pipeline awaiting_approval")
-    runtime.lifecycle.approve_plan(plan.plan_id, actor="demo-operator", note="diff reviewed")
-    done = _wait_state(runtime, plan.plan_id, PipelineState.done)
+    service.plans.approve(plan.plan_id, "demo-operator", "diff reviewed")
+    done = _wait_state(service, plan.plan_id, PipelineState.done)
     console.print(f"  approve_plan(by demo-operator) -> apply ran -> plan {done.label}")
-    trail = runtime.lifecycle.plan_events(plan.plan_id)
+    trail = service.plans.events(plan.plan_id)
     console.print(
         "  timeline: "
         + ", ".join(

@@ -80,9 +80,8 @@ def cancel(
     from planq.domain.principals import cli_actor
 
     with planq() as session:
-        outcome, after = services.cancel_job(
-            session, job_id, cli_actor(), note=f"by: {by}" if by else None
-        )
+        after = session.service.jobs.cancel(job_id, cli_actor(), f"by: {by}" if by else None)
+    outcome = "cancelled" if after.status.value == "cancelled" else "cancel requested"
     if as_json:
         emit_json({"outcome": outcome, "job": job_dict(after)})
     else:
@@ -94,7 +93,7 @@ def cancel(
 def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
     """Queue a new attempt of a failed or cancelled job and publish it; exit 1 otherwise."""
     with planq() as session:
-        stored, published = services.retry_job(session, job_id)
+        stored, published = session.service.jobs.retry(job_id, ready=session.require_broker)
         plan = session.ledger.plans.get(stored.plan_id)
         if not published:  # the row is durable: the dispatch relay sends it later
             warn(f"job {stored.job_id} queued but not published; the relay will send it")
@@ -109,7 +108,8 @@ def retry(job_id: JobId, as_json: JsonOpt = False) -> None:
 def stuck(as_json: JsonOpt = False) -> None:
     """Run stuck detection now: running jobs with an expired heartbeat become failed."""
     with planq() as session:
-        expired, retried = services.detect_stuck(session)
+        report = session.service.jobs.detect_stuck()
+        expired, retried = list(report), dict(report.retried)  # rows as the sweep failed them
         timeout = session.settings.job_timeout
     if as_json:
         emit_json(
@@ -130,7 +130,7 @@ def stuck(as_json: JsonOpt = False) -> None:
 def cleanup(as_json: JsonOpt = False) -> None:
     """Delete ended jobs older than PLANQ_JOB_TTL now (what beat does every cleanup interval)."""
     with planq() as session:
-        deleted = services.cleanup_jobs(session)
+        deleted = session.service.jobs.cleanup()
         ttl = session.settings.job_ttl
     if as_json:
         emit_json({"deleted": deleted, "job_ttl_seconds": ttl})

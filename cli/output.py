@@ -61,6 +61,10 @@ class BadInput(CliError):
     """The arguments or settings are wrong (exit 2)."""
 
 
+class NotFound(BadInput):
+    """An id or name that names nothing (exit 2 in the CLI, 404 over HTTP)."""
+
+
 class Refused(CliError):
     """The ledger refused the operation (exit 1)."""
 
@@ -156,18 +160,31 @@ def classify(exc: Exception) -> CliError | None:
     """The CliError a known exception stands for; None for a bug (let it show)."""
     from planq.domain.errors import (
         AlreadyApprovedError,
+        CancelTooLateError,
         ConcurrentUpdateError,
         ForbiddenError,
         InvalidJobTransitionError,
         InvalidPlanTransitionError,
+        JobNotFoundError,
         LedgerUnavailableError,
+        NoRunningRunError,
         NotAwaitingApprovalError,
         NothingToCancelError,
+        PlanGoneError,
+        PlanNotFoundError,
         PlanqError,
+        RunNotFoundError,
+        UnknownRecoverableJobError,
     )
 
     if isinstance(exc, CliError):
         return exc
+    if isinstance(exc, PlanGoneError):  # a PlanNotFoundError, but the job exists: refused
+        return Refused(one_line(exc))
+    if isinstance(
+        exc, JobNotFoundError | PlanNotFoundError | RunNotFoundError | UnknownRecoverableJobError
+    ):
+        return NotFound(one_line(exc))
     if isinstance(exc, ForbiddenError):
         return Denied(one_line(exc))
     if isinstance(
@@ -176,7 +193,9 @@ def classify(exc: Exception) -> CliError | None:
         | InvalidJobTransitionError
         | NotAwaitingApprovalError
         | AlreadyApprovedError
-        | NothingToCancelError,
+        | NothingToCancelError
+        | CancelTooLateError
+        | NoRunningRunError,
     ):
         return Refused(one_line(exc))
     if isinstance(exc, ConcurrentUpdateError):

@@ -1,6 +1,7 @@
 """`planq plans …`: create, inspect and move plans through strategize -> execute -> apply.
 
-Parsing and rendering live here; every ledger action is cli/services.py's, shared with the API.
+Parsing and rendering live here; every ledger action is the service object's
+(tasks/service.py), shared with the API.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planq.cli import limits, pipeline_services, services
+from planq.cli import limits, services
 from planq.cli.context import planq
 from planq.cli.output import BadInput, boundary, emit_json, print_fields, warn
 from planq.cli.views import job_dict, print_events, print_jobs, print_plans
@@ -61,7 +62,7 @@ def create(
     parsed = parse_steps(steps)
     Plan.with_steps(parsed, name=name)  # the domain's bounds (BoundsError), before the ledger
     with planq() as session:
-        plan = services.create_plan(session, parsed, name=name)
+        plan = session.service.plans.create(parsed, name=name)
     if as_json:
         emit_json(plan.as_cli_dict())
     else:
@@ -75,7 +76,7 @@ def show(plan_id: PlanId, as_json: JsonOpt = False) -> None:
     with planq() as session:
         plan, jobs = services.plan_jobs(session, plan_id)
         if as_json:
-            events = pipeline_services.plan_events(session, plan_id)
+            events = services.plan_events(session, plan_id)
             emit_json(
                 {
                     **plan.as_cli_dict(),
@@ -84,7 +85,7 @@ def show(plan_id: PlanId, as_json: JsonOpt = False) -> None:
                 }
             )
             return
-        events = pipeline_services.plan_events(session, plan_id)
+        events = services.plan_events(session, plan_id)
     data = plan.as_cli_dict()
     data["steps"] = ", ".join(s.get("name", "?") for s in plan.steps) or "-"
     data["pipeline"] = _pipeline_line(plan)
@@ -135,7 +136,7 @@ def queue_phase(plan_ids: list[str], phase_name: str, as_json: bool) -> None:
     list of {plan, job}.
     """
     with planq() as session:
-        queued = services.queue_phases(session, plan_ids, phase_name)
+        queued = session.service.plans.queue(plan_ids, phase_name, ready=session.require_broker)
     docs = [
         {"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None} for plan, job in queued
     ]
@@ -235,16 +236,16 @@ def run(
 ) -> None:
     """Run the plan's phases by themselves through PHASE; exit 2 on bad phases, 1 if busy."""
     with planq() as session:
-        plan, job = pipeline_services.run_plan(
-            session,
+        plan, job = session.service.plans.run(
             plan_id,
             through,
             approve_before,
             cli_actor(),
             approval_timeout,
-            approvals=approvals,
-            note=_by_note(by),
-            notify=notify,
+            approvals,
+            _by_note(by),
+            notify,
+            ready=session.require_broker,
         )
     if as_json:
         emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
@@ -260,9 +261,11 @@ def _by_note(by: str | None, note: str | None = None) -> str | None:
 
 def _decide(plan_id: str, approve: bool, by: str | None, note: str | None, as_json: bool) -> None:
     with planq() as session:
-        plan, job = pipeline_services.decide(
-            session, plan_id, approve, cli_actor(), _by_note(by, note)
-        )
+        plans, who, said = session.service.plans, cli_actor(), _by_note(by, note)
+        if approve:
+            plan, job = plans.approve(plan_id, who, said, ready=session.require_broker)
+        else:
+            plan, job = plans.reject(plan_id, who, said), None
     if as_json:
         emit_json({"plan": plan.as_cli_dict(), "job": job_dict(job) if job else None})
     else:
@@ -289,7 +292,9 @@ def reject(plan_id: PlanId, note: Note = None, by: By = None, as_json: JsonOpt =
 def cancel(plan_id: PlanId, by: By = None, as_json: JsonOpt = False) -> None:
     """Cancel the whole plan: its pipeline stops and its running phase is cancelled."""
     with planq() as session:
-        landed = pipeline_services.cancel_plan(session, plan_id, cli_actor(), _by_note(by))
+        landed = session.service.jobs.cancel_plan(
+            plan_id, cli_actor(), _by_note(by), wait=float(session.settings.cancel_wait)
+        )
     plan, jobs = landed.plan, {job_id: o.value for job_id, o in landed.outcomes.items()}
     outcome = "cancelled" if landed.finished else "cancel requested"
     if as_json:

@@ -60,7 +60,7 @@ def trigger(
     check_job_name(name)
     limits.number_option("--wait", wait, 0.0, 60.0)
     with planq() as session:
-        result = services.trigger_run(session, name, args, wait=wait)
+        result = session.service.runs.trigger(name, args, wait=wait, ready=session.require_broker)
     run = result.run.as_dict() if result.run is not None else None
     if result.decision == "already_running":
         raise Refused(f"skipped: run {result.run.id} of {name!r} is {run and run['status']}")
@@ -136,7 +136,7 @@ def cancel(name: JobName, as_json: JsonOpt = False) -> None:
 
     check_job_name(name)
     with planq() as session:  # any job name with runs: the worker may know handlers we don't
-        run_id = services.cancel_run(session, name, registered_only=False)
+        run_id = session.service.runs.cancel(name, registered_only=False)
     doc = {"job_name": name, "run_id": run_id, "status": "CancelRequested", "ends_as": "Paused"}
     if as_json:
         emit_json(doc)
@@ -195,7 +195,7 @@ def purge(
 
     limits.number_option("--older-than-days", older_than_days, 1.0, MAX_RETENTION_DAYS)
     with planq() as session:
-        purged, _ = services.purge_runs(session, older_than_days)
+        purged, _ = session.service.runs.purge(older_than_days)
     if as_json:
         emit_json({"purged": purged, "older_than_days": older_than_days})
     else:

@@ -51,23 +51,24 @@ def maintenance_outcome(session: Planq, short: str) -> dict[str, Any]:
     for fair expiry): that is its last run. The relay and the TTL cleanup keep no record;
     the backlog beside them is what the next run will find.
     """
-    rt = session.runtime
+    jobs = session.ledger.jobs  # reads only: a listing builds no runtime
     settings = session.settings
     waiting: int | None = None
     last_run = None
     outcome = "not recorded"
-    if short == "detect_stuck_jobs":
-        from datetime import UTC, datetime
+    from datetime import UTC, datetime
 
+    now = datetime.now(UTC)
+    if short == "detect_stuck_jobs":
         from planq.domain.availability import JOB_SWEEP
 
-        cutoff = datetime.now(UTC) - timedelta(seconds=settings.job_timeout)
-        waiting = len(rt.jobs.list_stuck(cutoff, COUNT_CAP))
-        last_run = rt.jobs.last_sighting(JOB_SWEEP)
+        cutoff = now - timedelta(seconds=settings.job_timeout)
+        waiting = len(jobs.list_stuck(cutoff, COUNT_CAP))
+        last_run = jobs.last_sighting(JOB_SWEEP)
         outcome = "never run" if last_run is None else "ran"
     elif short == "relay_dispatch":
-        grace = settings.dispatch_grace
-        waiting = len(rt.ledger.dispatch_due(grace, grace, COUNT_CAP))
+        due = now - timedelta(seconds=settings.dispatch_grace)  # unsent and resent alike
+        waiting = len(jobs.list_dispatch_due(due, due, COUNT_CAP))
     note = MAINTENANCE_NOTES.get(short, "not recorded")
     text = outcome if last_run is None else f"ran at {local_time(last_run)}"
     if waiting is not None:

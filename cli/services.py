@@ -9,14 +9,11 @@ Options this wrapper does not know are passed through to Celery unchanged.
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import shutil
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +21,7 @@ import typer
 
 from planq.cli.context import Planq
 from planq.cli.limits import TOTAL_CAP, Page, check_window
-from planq.cli.output import BadInput, Refused, boundary
+from planq.cli.output import BadInput, NotFound, boundary
 
 APP_MODULE = "planq.worker_config"
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -218,28 +215,10 @@ def register(app: typer.Typer) -> None:
         app.command(fn.__name__, context_settings=PASS_THROUGH)(boundary(fn))
 
 
-# -- operations the CLI and the admin API (cli/api) share -------------------------------------
-# Each is the one implementation of an operator action; callers render the result. Errors are
-# cli.output's CliError family (BadInput, Refused, Unavailable) plus NotFound, so the CLI maps
-# them to exit codes and the API to HTTP statuses without a second rule.
-
-
-class NotFound(BadInput):
-    """An id or name that names nothing (exit 2 in the CLI, 404 over HTTP)."""
-
-
-class PlanGone(Refused):
-    """The job's plan no longer exists: a retry would have nothing to run (exit 1, 409)."""
-
-
-@dataclass(frozen=True)
-class TriggerResult:
-    """What a trigger decided synchronously, and the run the worker took (when seen in time)."""
-
-    job_name: str
-    decision: str  #: "fresh", "resumed", "already_running" or "already_queued"
-    task_id: str | None  #: the queued trigger's when "already_queued"
-    run: Any  #: RunSummary of the active/resumed/new run; None if the worker has not opened it
+# -- the reads the CLI and the admin API (cli/api) share ---------------------------------------
+# Pages, filters and keyset cursors over the ledger's stores; every write is the service
+# object's (tasks/service.py: `session.service`). Errors are cli.output's CliError family
+# (BadInput, NotFound) or domain errors, which classify() maps for the CLI and the API alike.
 
 
 def parse_status(text: str | None) -> Any:
@@ -369,105 +348,6 @@ def plan_jobs(session: Planq, plan_id: str) -> tuple[Any, list[Any]]:
     return plan, session.ledger.jobs.list_by_plan(plan.plan_id)
 
 
-def create_plan(session: Planq, steps: list[dict[str, Any]], name: str = "") -> Any:
-    """Store a new plan (state New); nothing is queued. Bounds are the domain's (BoundsError)."""
-    if not steps:
-        raise BadInput("a plan needs at least one step")
-    return session.runtime.lifecycle.create_plan(steps, name=name)
-
-
-def _phase(phase: str) -> Any:
-    from planq.domain.plans import PlanPhase
-
-    try:
-        return PlanPhase(phase)
-    except ValueError:
-        raise BadInput(f"unknown phase {phase!r}") from None
-
-
-def queue_phase(session: Planq, plan_id: str, phase: str) -> tuple[Any, Any]:
-    """(plan, job row as stored): the plan checked, the broker checked, then one statement."""
-    find_plan(session, plan_id)  # a bad or unknown id first, before the broker
-    wanted = _phase(phase)
-    session.require_broker()
-    queued = session.runtime.lifecycle.queue_phase(plan_id, wanted)
-    session.runtime.publisher.stamps.flush()  # show the row as the relay will see it
-    job = session.runtime.jobs.get(queued.job.job_id) if queued.job else None
-    return queued.plan, job
-
-
-def queue_phases(session: Planq, plan_ids: list[str], phase: str) -> list[tuple[Any, Any]]:
-    """One batch: every plan checked, then every row in one transaction, then the messages."""
-    if len(plan_ids) == 1:
-        return [queue_phase(session, plan_ids[0], phase)]
-    for plan_id in plan_ids:
-        find_plan(session, plan_id)
-    wanted = _phase(phase)
-    session.require_broker()
-    queued = session.runtime.lifecycle.queue_phases(plan_ids, wanted)
-    session.runtime.publisher.stamps.flush()
-    jobs = session.runtime.jobs
-    return [(q.plan, jobs.get(q.job.job_id) if q.job else None) for q in queued]
-
-
-def cancel_job(
-    session: Planq, job_id: str, actor: str | None = None, note: str | None = None
-) -> tuple[str, Any]:
-    """('cancelled' | 'cancel requested', row); Refused when the job has already ended."""
-    job = find_job(session, job_id)
-    if not session.runtime.worker.cancel_job(job.job_id, actor, note):
-        now = session.runtime.jobs.get(job.job_id)
-        state = now.status.value if now else "gone"
-        raise Refused(f"job {job.job_id} is {state}; only a queued or running job can cancel")
-    after = session.runtime.jobs.get(job.job_id)
-    outcome = "cancelled" if after.status.value == "cancelled" else "cancel requested"
-    return outcome, after
-
-
-def retry_job(session: Planq, job_id: str) -> tuple[Any, bool]:
-    """(new row, published): a new attempt of a failed/cancelled job; Refused otherwise."""
-    job = find_job(session, job_id)
-    if not job.is_terminal or job.status.value == "succeeded":
-        raise Refused(f"job {job.job_id} is {job.status.value}; only failed or cancelled retry")
-    if session.ledger.plans.get(job.plan_id) is None:  # checked again inside the retry
-        raise PlanGone(f"job {job.job_id}'s plan {job.plan_id} no longer exists; nothing to retry")
-    session.require_broker()
-    from planq.domain.errors import PlanNotFoundError
-
-    try:
-        new, published = session.runtime.worker.retry_job(job)
-    except PlanNotFoundError:  # removed between the check and the retry
-        raise PlanGone(f"job {job.job_id}'s plan {job.plan_id} no longer exists") from None
-    except ValueError as exc:
-        raise Refused(str(exc)) from None
-    if new is None:
-        raise Refused(f"job {job.job_id} was already retried, or its plan has moved on")
-    session.runtime.publisher.stamps.flush()
-    return session.runtime.jobs.get(new.job_id), published
-
-
-def detect_stuck(session: Planq) -> tuple[list[Any], dict[str, str]]:
-    """Run stuck detection now: (expired rows, {expired job id: retry job id})."""
-    report = session.runtime.worker.detect_stuck_jobs()
-    return list(report), dict(report.retried)  # the report holds the rows as it failed them
-
-
-def cleanup_jobs(session: Planq) -> int:
-    """Delete ended jobs older than PLANQ_JOB_TTL now; how many."""
-    return int(session.runtime.worker.cleanup_expired_jobs())
-
-
-def recoverable_handler(session: Planq, name: str) -> Any:
-    """The registered handler named; NotFound listing the known ones."""
-    from planq.tasks.recoverable import registered_jobs
-
-    handlers = registered_jobs(session.app)
-    if name not in handlers:
-        listed = ", ".join(sorted(handlers)) or "none are registered"
-        raise NotFound(f"unknown recoverable job {name!r} (known: {listed})")
-    return handlers[name]
-
-
 def find_run(session: Planq, run_id: str, job_name: str | None = None) -> Any:
     """The run's summary (of job_name, if given); InvalidIdError / NotFound."""
     from planq.domain.ids import require_ulid
@@ -506,113 +386,7 @@ def finding_page(
     return run, page, counts
 
 
-def check_run_args(handler: Any, args: dict[str, str]) -> dict[str, str]:
-    """Refuse bad trigger args before anything is sent.
-
-    Every key and value is checked against the run params' bounds. A handler that declares
-    `params` (the keys it reads: planq's own scan does) has a closed set: an unknown key is
-    refused naming the one it most likely misspells, since the run would silently ignore it.
-    """
-    from planq.domain.runs.checks import check_param
-    from planq.domain.spelling import closest
-    from planq.tasks.ledger_consistency import JOB_NAME, ScanParams
-
-    for key, value in args.items():
-        check_param(key, value)
-    known = getattr(handler, "params", None)
-    if known is not None:
-        for key in args:
-            if key not in known:
-                meant = closest(key, known)
-                hint = f"did you mean {meant}? " if meant else ""
-                takes = ", ".join(sorted(known)) or "none"
-                raise UnknownArg(
-                    f"arg {key[:80]!r} is not one {handler.name} takes; {hint}(it takes: {takes})"
-                )
-    if handler.name == JOB_NAME:
-        for key, value in args.items():
-            ScanParams.parse(key, value)
-    return args
-
-
-class UnknownArg(BadInput):
-    """A trigger arg the recoverable job does not read (exit 2; HTTP 422 bad_input)."""
-
-
-def trigger_run(
-    session: Planq, name: str, args: dict[str, str], wait: float = 5.0, poll: float = 0.05
-) -> TriggerResult:
-    """Decide now (skip while a run is active, resume a Paused one, or start), then send.
-
-    A trigger already queued and not yet taken by a worker coalesces this one (nothing is
-    sent: "already_queued"). The worker makes the decision again race-safely (one
-    non-terminal run per name); this call waits up to `wait` seconds to report the run the
-    worker opened.
-    """
-    from kombu.utils.uuid import uuid
-
-    from planq.domain.runs import RunStatus
-    from planq.tasks import trigger_slot
-    from planq.tasks.recoverable import task_name
-
-    check_run_args(recoverable_handler(session, name), args)
-    newest = session.runs.list_runs(name, limit=1)
-    latest = newest[0] if newest else None
-    if latest is not None and latest.status.is_active:
-        return TriggerResult(name, "already_running", None, latest)
-    session.require_broker()
-    resumed = latest is not None and latest.status is RunStatus.Paused
-    kwargs = {"args": args} if args else {}
-    task_id = uuid()
-    queued = trigger_slot.hold(session.app, name, task_id)
-    if queued is not None:
-        return TriggerResult(name, "already_queued", queued, latest)
-    try:
-        sent = session.app.tasks[task_name(name)].apply_async(kwargs=kwargs, task_id=task_id)
-    except Exception:
-        trigger_slot.release(session.app, name, task_id)
-        raise
-    deadline = time.monotonic() + wait
-    while True:
-        runs = session.runs.list_runs(name, limit=1)
-        run = runs[0] if runs else None
-        if run is not None and latest is not None and run.id == latest.id:
-            moved = run.last_progress_at != latest.last_progress_at
-            opened = resumed and (run.status is not RunStatus.Paused or moved)
-        else:
-            opened = run is not None
-        if opened or time.monotonic() >= deadline:
-            break
-        time.sleep(poll)
-    taken = run if opened else (latest if resumed else None)  # a resume's id is known already
-    return TriggerResult(name, "resumed" if resumed else "fresh", getattr(sent, "id", None), taken)
-
-
-def cancel_run(session: Planq, name: str, *, registered_only: bool = True) -> str:
-    """Ask the Running run of name to pause at its next batch; its id, or Refused.
-
-    The one door for cancelling a run (CLI, API, dashboard). registered_only=False (the
-    CLI) accepts any job name with runs: the workers may know handlers this process does not.
-    """
-    if registered_only:
-        recoverable_handler(session, name)
-    run_id = session.runs.request_cancel(name)
-    if run_id is None:
-        latest = session.runs.list_runs(name, limit=1)
-        state = f"its latest run is {latest[0].status.as_str()}" if latest else "it has no runs"
-        raise Refused(f"no Running run of {name!r} to cancel ({state})")
-    return str(run_id)
-
-
-def purge_runs(session: Planq, retention_days: float) -> tuple[int, float]:
-    """(purged, days applied): ended runs older than max(1, days); active runs never.
-
-    Days must be finite and at most domain.bounds.MAX_RETENTION_DAYS (BadInput otherwise).
-    """
-    from planq.domain.bounds import MAX_RETENTION_DAYS
-
-    days = float(retention_days)
-    if not math.isfinite(days) or days > MAX_RETENTION_DAYS:
-        raise BadInput(f"retention days must be finite and at most {MAX_RETENTION_DAYS:g}")
-    days = max(1.0, days)
-    return int(session.runs.purge_terminal_runs(days)), days
+def plan_events(session: Planq, plan_id: str) -> list[Any]:
+    """The plan's audit trail, oldest first."""
+    plan = find_plan(session, plan_id)
+    return list(session.ledger.plans.list_events(plan.plan_id))

@@ -257,3 +257,60 @@ class NothingToCancelError(PlanqError):
     def __init__(self, plan_id: str, why: str) -> None:
         self.plan_id = plan_id
         super().__init__(f"plan {plan_id}: nothing to cancel ({why})")
+
+
+class CancelTooLateError(PlanqError):
+    """A whole-plan cancel landed, but a running phase ended otherwise before it stopped."""
+
+    def __init__(self, plan_id: str, job: Any) -> None:
+        self.plan_id = plan_id
+        self.job_id = str(job.job_id)
+        at = job.finished_at.isoformat() if job.finished_at else "?"
+        super().__init__(
+            f"the cancel came too late: plan {plan_id}'s {job.phase.value} job {job.job_id} "
+            f"ended {job.status.value} at {at} before it reached a safe point "
+            "(the request is in the plan's events)"
+        )
+
+
+class PlanGoneError(PlanNotFoundError):
+    """The job's plan no longer exists: a retry would have nothing to run (a refusal)."""
+
+    def __init__(self, job_id: str, plan_id: str) -> None:
+        self.job_id = job_id
+        self.plan_id = plan_id
+        PlanqError.__init__(
+            self, f"job {job_id}'s plan {plan_id} no longer exists; nothing to retry"
+        )
+
+
+class UnknownRecoverableJobError(PlanqError, LookupError):
+    """No recoverable job of this name is registered on the app."""
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        listed = ", ".join(sorted(known)) or "none are registered"
+        super().__init__(f"unknown recoverable job {name[:80]!r} (known: {listed})")
+
+
+class UnknownRunArgError(PlanqError, ValueError):
+    """A trigger arg the recoverable job does not read (it would be silently ignored)."""
+
+
+class NoRunningRunError(PlanqError):
+    """A run cancel found no Running run of that job name to pause."""
+
+    def __init__(self, name: str, latest: str | None) -> None:
+        self.name = name
+        state = f"its latest run is {latest}" if latest else "it has no runs"
+        super().__init__(f"no Running run of {name!r} to cancel ({state})")
+
+
+class AlreadyRetriedError(InvalidPlanTransitionError):
+    """A retry found the job retried already, or its plan moved on from that failure."""
+
+    def __init__(self, job_id: str, plan_id: str, current: str, wanted: str) -> None:
+        self.plan_id, self.current, self.wanted, self.job_id = plan_id, current, wanted, job_id
+        PlanqError.__init__(
+            self, f"job {job_id} was already retried, or its plan has moved on (plan {current})"
+        )

@@ -55,11 +55,13 @@ class PlanLifecycleService:
         self.plans = plans
         self.jobs = jobs
         self.config = config or AsyncWorkerConfig()
-        self.enqueue = enqueue
         #: The door every job write goes through, the queue included (domain/ledger.py):
         #: the runtime's own (one per process), or one over these stores (the spec's form).
+        #: It publishes what it committed (`LedgerParts.publish_committed`), with `enqueue`.
         if ledger is None and jobs is not None:
             ledger = JobLedger(jobs, plans, redactor, enqueue=enqueue)
+        elif ledger is not None and enqueue is not None:
+            ledger.enqueue = enqueue
         self.ledger = ledger
 
     def create_plan(self, steps: Steps, name: str = "") -> Plan:
@@ -148,11 +150,7 @@ class PlanLifecycleService:
         if moved is None:
             self._raise_refusal(ids, phase)
         by_id = {plan.plan_id: plan for plan in moved or []}
-        if self.enqueue is not None:
-            try:
-                self.enqueue(jobs)
-            except Exception:  # the rows are durable; the dispatch relay publishes them later
-                logger.exception("%d job(s) committed but not published; the relay will", len(jobs))
+        self.ledger.parts.publish_committed(jobs)
         return [PhaseQueued(plan=by_id[job.plan_id], job=job) for job in jobs]
 
     # -- the pipeline (domain/pipeline.py): the plan runs its phases by itself ------------------

@@ -391,9 +391,4 @@ class PipelineLedger:
             logger.exception("the gate observer failed")
 
     def _publish(self, jobs: list[AsyncJob]) -> None:
-        if self.parts.enqueue is None:
-            return
-        try:
-            self.parts.enqueue(jobs)
-        except Exception:  # the rows are durable; the dispatch relay publishes them later
-            logger.exception("%d pipeline job(s) committed but not published", len(jobs))
+        self.parts.publish_committed(jobs)

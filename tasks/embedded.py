@@ -61,6 +61,11 @@ class EmbeddedWorker:
         """Whether the worker thread is started."""
         return self.controller is not None
 
+    @property
+    def worker_id(self) -> str:
+        """The ledger worker id this embedded node's jobs are claimed under."""
+        return self.runtime.worker.worker_id
+
     def start(self, timeout: float = START_TIMEOUT) -> None:
         """Start consuming every planq queue, and relaying unsent rows (idempotent).
 
@@ -79,7 +84,7 @@ class EmbeddedWorker:
             app=app,
             hostname=self.hostname,
             pool="threads",
-            concurrency=self.runtime.worker.config.max_workers,
+            concurrency=self.runtime.config.worker.max_workers,
             loglevel="WARNING",
             ready_callback=lambda _consumer: ready.set(),
             without_heartbeat=True,
@@ -118,11 +123,12 @@ class EmbeddedWorker:
 
     def _relay_loop(self) -> None:
         """What beat does for a fleet: relay unsent rows, deliver the webhook outbox."""
-        interval = self.runtime.worker.config.poll_interval
+        interval = self.runtime.config.worker.poll_interval
         notifies = self.runtime.config.webhooks.enabled
+        jobs = self.runtime.service.jobs
         while not self._stop.wait(interval):
             try:
-                self.runtime.worker.relay_dispatch(unsent_grace=interval)
+                jobs.relay(unsent_grace=interval)
                 if notifies:
                     self.runtime.webhooks.deliver_due()
             except Exception:

@@ -6,7 +6,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,29 +19,29 @@ from planq.domain.bounds import MAX_WORKER_ID_LENGTH
 from planq.domain.cancellation import CancellationToken
 from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
-from planq.domain.errors import LedgerRejectedError, LedgerUnavailableError
+from planq.domain.errors import (
+    InvalidJobTransitionError,
+    JobNotFoundError,
+    LedgerRejectedError,
+    LedgerUnavailableError,
+)
 from planq.domain.health import WorkerHealthReport
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, check_worker_id
-from planq.domain.ledger import JobLedger, PlanCancel, StuckReport
+from planq.domain.ledger import JobLedger, StuckReport
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor
 from planq.domain.pipeline import EventKind
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import CancelOutcome, JobStore, PlanStore
+from planq.domain.ports import JobStore, PlanStore
 from planq.domain.redaction import BUILTIN, Redactor, describe_exception
 from planq.domain.tracebacks import describe_traceback
 from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
 from planq.tasks import metrics, tracing
 from planq.tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
+from planq.tasks.job_service import BroadcastCancel, JobService, Publish
 from planq.tasks.store_poller import StorePoller
 from planq.tasks.tracker import LOST_CLAIM, WORKER_SHUTDOWN, JobTracker
 
 logger = logging.getLogger("planq.worker")
-
-#: Publishes jobs' messages (set by the Celery wiring; None in pure-engine use).
-Publish = Callable[[Sequence[AsyncJob]], None]
-#: Tells every worker that the cancel of this job is recorded, with its outcome: the node
-#: that runs the job stops it and counts it; the others write and count nothing.
-BroadcastCancel = Callable[[str, CancelOutcome], None]
 
 
 class PickupResult(StrEnum):
@@ -106,10 +106,12 @@ def worker_id_for(pid: int, node: str | None = None) -> str:
 class AsyncWorker:
     """Claims, runs and finishes jobs, and keeps the counters (the spec's AsyncWorker).
 
-    It runs jobs; it does not know Celery. Publishing a retry and broadcasting a cancel
-    are injected (`publish`, `broadcast_cancel`); its own start() polls its store. Without
-    a `worker_id` it claims as the spec's `worker-…` (`standalone_worker_id`); the Celery
-    runtime passes `<node>/<pid>`.
+    A job runner: claim, execute, finish, the tracker's heartbeat, the retry policy. It
+    does not know Celery, and it is built only where jobs run. The operator's actions are
+    `JobService`'s (tasks/job_service.py); the spec's forms here (`cancel_job`,
+    `detect_stuck_jobs`, `cleanup_expired_jobs`) call that one door. Without `jobs` it
+    builds its own over these stores (the spec's standalone form), claiming as the
+    spec's `worker-…` unless given a `worker_id` (the Celery runtime passes `<node>/<pid>`).
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class AsyncWorker:
         sweep_interval: float = DEFAULT_STUCK_CHECK_INTERVAL,
         outages: OutageMonitor | None = None,
         webhooks: WebhookPolicy = NO_WEBHOOKS,
+        jobs: JobService | None = None,
     ) -> None:
         if not isinstance(config, AsyncWorkerConfig):
             raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
@@ -138,25 +141,33 @@ class AsyncWorker:
         self.redactor = redactor
         #: this process's outage monitor: every ledger write here reports into it
         self.outages = PROCESS_OUTAGES if outages is None else outages
+        if jobs is None:  # the spec's standalone form: its own ledger door and job actions
+            ledger = JobLedger(
+                job_store,
+                plan_store,
+                redactor,
+                outages=self.outages,
+                enqueue=publish,
+                on_gate_decided=metrics.gate_decided,
+                webhooks=webhooks,
+            )
+            jobs = JobService(
+                ledger,
+                config,
+                broadcast_cancel=broadcast_cancel,
+                running_here=lambda job_id: self.tracker.cancel_local(job_id),
+                outages=self.outages,
+                sweep_interval=sweep_interval,
+            )
+        #: The job actions (cancel, retry, sweeps): the runner's retry policy uses them too.
+        self.jobs = jobs
         #: the one door for this worker's job writes (they ride out an outage inside it)
-        self.ledger = JobLedger(
-            job_store,
-            plan_store,
-            redactor,
-            outages=self.outages,
-            enqueue=publish,
-            on_gate_decided=metrics.gate_decided,
-            webhooks=webhooks,
-        )
+        self.ledger = jobs.ledger
         self.executors = (
             executor if isinstance(executor, ExecutorRegistry) else _single(resolve(executor))
         )
-        self.publish = publish
-        self.broadcast_cancel = broadcast_cancel
         self.worker_id = worker_id or standalone_worker_id()
         self.health = WorkerHealthReport(self.worker_id)
-        #: beat's stuck-sweep schedule: how long a gap between sweeps may be (fair expiry)
-        self.sweep_interval = sweep_interval
         self.tracker = JobTracker(
             lambda ids: self.ledger.heartbeat(ids, self.worker_id),
             config.heartbeat_interval,
@@ -242,9 +253,9 @@ class AsyncWorker:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return JobReport(PickupResult.finished_elsewhere), None
         self._count(verdict.result)
-        self.observe_end(job, verdict.status)
+        self.jobs.observe_end(job, verdict.status)
         if verdict.status is AsyncJobStatus.failed:
-            self._maybe_retry(job)
+            self.jobs.retry_ended(job)
         report = JobReport(
             verdict.result,
             self.ledger.redact_error(verdict.error),
@@ -332,146 +343,22 @@ class AsyncWorker:
         else:
             self.health.record_failed()
 
-    def observe_end(self, job: AsyncJob, status: AsyncJobStatus) -> None:
-        """Metrics for a job this process ended (never raises); a terminate-revoke's too."""
-        now = utcnow()
-        started = job.started_at or now
-        metrics.job_finished(job.phase.value, status.value, (now - started).total_seconds())
-        if status is AsyncJobStatus.cancelled:
-            row = self.job_store.get(job.job_id)
-            if row is not None and row.cancel_requested_at is not None:
-                metrics.cancel_latency((now - row.cancel_requested_at).total_seconds())
-
-    def _maybe_retry(self, job: AsyncJob) -> AsyncJob | None:
-        """Queue a new attempt when the retry policy allows (it resumes from the checkpoint)."""
-        if job.attempt >= self.config.max_attempts:
-            return None
-        stored = self.job_store.get(job.job_id)
-        if stored is None:
-            return None
-        return self.retry_job(stored)[0]
-
-    def retry_job(self, job: AsyncJob) -> tuple[AsyncJob | None, bool]:
-        """Queue a new attempt of an ended job, then publish it: (new row, published).
-
-        The one retry-then-publish (the retry policy, the stuck sweep and operators use
-        it). The new row is durable before its message; a failed publish is left to the
-        dispatch relay. None when a retry exists already or the plan moved on.
-        """
-        new = self.ledger.retry(job)
-        if new is not None:  # on the ended job's span, when it queues its own retry
-            tracing.current_event(tracing.EVENT_RETRY, {tracing.NEW_JOB_ID: new.job_id})
-        if new is None or self.publish is None:
-            return new, False
-        try:
-            self.publish([new])
-        except Exception as exc:  # the row is durable: the relay sends it after its grace
-            logger.warning("retry %s queued, not yet published (%s)", new.job_id, exc)
-            return new, False
-        return new, True
-
-    # -- operator actions --------------------------------------------------------------
+    # -- the spec's operator forms: one door each, JobService's ------------------------
     def cancel_job(self, job_id: str, actor: str | None = None, note: str | None = None) -> bool:
-        """Record the cancel durably, trip the token here, broadcast; False if unknown/ended.
-
-        Written once, here. Counted once: here when this process runs the job or nothing
-        does (it was queued and ended at once, or had ended), else by the node that runs it,
-        which the broadcast reaches with the outcome (here again if the broadcast fails).
-        """
-        if not isinstance(job_id, str) or not job_id.strip():
-            raise ValueError("job_id must be a non-empty string")
-        job_id = job_id.strip().upper()  # normalised once, here at the boundary
-        outcome = self.ledger.cancel(job_id, actor, note)  # who asked, for a pipeline's trail
-        if not outcome.accepted:
-            metrics.cancel_requested(outcome.value)
+        """Cancel a job (`JobService.cancel`); False if it is unknown or had ended."""
+        try:
+            self.jobs.cancel(job_id, actor, note)
+        except (JobNotFoundError, InvalidJobTransitionError):
             return False
-        self._deliver_cancel(job_id, outcome)
         return True
 
-    def _deliver_cancel(self, job_id: str, outcome: CancelOutcome) -> None:
-        """After a cancel committed: trip the token here, else broadcast; count it once."""
-        tracing.job_event(job_id, tracing.EVENT_CANCEL_REQUESTED, {tracing.CANCEL_VIA: "local"})
-        ran_here = self.tracker.cancel_local(job_id)
-        if ran_here or outcome is CancelOutcome.cancelled or self.broadcast_cancel is None:
-            metrics.cancel_requested(outcome.value)
-            return
-        try:
-            self.broadcast_cancel(job_id, outcome)
-        except Exception as exc:  # the durable request still reaches it via the heartbeat
-            metrics.cancel_requested(outcome.value)
-            logger.warning(
-                "cancel broadcast for %s failed (%s); the heartbeat will deliver it", job_id, exc
-            )
-
-    def cancel_plan(
-        self, plan_id: str, actor: str | None = None, note: str | None = None
-    ) -> PlanCancel:
-        """Cancel a whole plan: its pipeline stops and its live jobs are cancelled, at once.
-
-        One ledger transaction (`JobLedger.cancel_plan`: a queued job ends there, a running
-        one is asked to stop), then each running one's token is tripped or broadcast, as
-        `cancel_job` does. NothingToCancelError when it came too late.
-        """
-        landed = self.ledger.cancel_plan(plan_id, actor, note)
-        for job_id, outcome in landed.outcomes.items():
-            self._deliver_cancel(job_id, outcome)
-        return landed
-
     def detect_stuck_jobs(self) -> StuckReport:
-        """Fail running jobs whose heartbeat expired; retry them if the policy says so.
-
-        Fair to the holders: nothing expires until the ledger has been available for a
-        job_timeout (`JobLedger.expire_stuck`); this process's own outages count too.
-        """
-        report = StuckReport()
-        expired = self.ledger.expire_stuck(
-            self.config.job_timeout,
-            sweep_interval=self.sweep_interval,
-            recovered_ago=self.outages.recovered_ago(),
-        )
-        metrics.stuck_detected(len(expired))
-        for job in expired:
-            stored = self.job_store.get(job.job_id)
-            # the row as the sweep left it (failed); the listed copy if it is already gone
-            report.failed.append(stored if stored is not None else job)
-            if stored is not None:
-                new = self._maybe_retry(stored)
-                if new is not None:
-                    report.retried[job.job_id] = new.job_id
-        self._expire_gates()
-        return report
-
-    def _expire_gates(self) -> None:
-        """End plans nobody approved within their approval timeout (the same sweep)."""
-        if self.plan_store is None:
-            return
-        try:
-            expired = self.ledger.pipeline.expire_waiting()
-        except Exception:  # one sweep's failure must not stop the job sweep's report
-            logger.exception("could not expire plans waiting past their approval timeout")
-            return
-        if expired:
-            logger.info("%d plan(s) expired at their approval gate: %s", len(expired), expired)
+        """Fail running jobs whose heartbeat expired, retrying by policy (`JobService`)."""
+        return self.jobs.detect_stuck()
 
     def cleanup_expired_jobs(self) -> int:
-        """Delete terminal rows older than job_ttl, in bounded batches."""
-        return self.ledger.cleanup(self.config.job_ttl)
-
-    def relay_dispatch(self, unsent_grace: float | None = None) -> list[str]:
-        """Publish queued rows whose message was never sent or may be lost; fail hopeless ones."""
-        if self.publish is None:
-            return []
-        grace = self.config.dispatch_grace if unsent_grace is None else unsent_grace
-        due: list[AsyncJob] = []
-        for job in self.ledger.dispatch_due(grace, self.config.dispatch_grace):
-            if job.dispatch_count >= self.config.max_dispatches:
-                self.ledger.fail_undeliverable(job, job.dispatch_count)
-                continue
-            due.append(job)
-        if due:
-            self.publish(due)
-        metrics.relayed(len(due))
-        return [job.job_id for job in due]
+        """Delete terminal rows older than job_ttl, in bounded batches (`JobService`)."""
+        return self.jobs.cleanup()
 
     def health_report(self) -> dict[str, Any]:
         """Counters, identity and configuration, for operators."""

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from celery import Celery
 
 from planq.domain.errors import LedgerUnavailableError
-from planq.tasks.runtime import runtime_for
+from planq.tasks.runtime import runtime_for, service_for
 
 T = TypeVar("T")
 
@@ -27,27 +27,25 @@ def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
         A skipped sweep is safe: the next one redoes its work, and a stuck sweep that did
         not run leaves a gap in the ledger's sightings (expiry then holds off).
         """
-        worker = runtime_for(app).worker
+        outages = service_for(app).jobs.outages
         try:
             done = sweep()
         except LedgerUnavailableError as exc:
-            worker.outages.failed(what, exc)
+            outages.failed(what, exc)
             return skipped
-        worker.outages.succeeded()
+        outages.succeeded()
         return done
 
     def detect_stuck_jobs() -> dict[str, Any]:
         """Fail running jobs whose heartbeat expired (CAS: two beats never double-fail)."""
-        report = quietly(
-            "stuck-job sweep", lambda: runtime_for(app).worker.detect_stuck_jobs(), None
-        )
+        report = quietly("stuck-job sweep", lambda: service_for(app).jobs.detect_stuck(), None)
         if report is None:
             return {"expired": [], "retried": {}, "skipped": "ledger unavailable"}
         return {"expired": report.expired, "retried": report.retried}
 
     def cleanup_expired_jobs() -> int:
         """Delete terminal rows past job_ttl in bounded batches."""
-        return quietly("TTL cleanup", lambda: runtime_for(app).worker.cleanup_expired_jobs(), 0)
+        return quietly("TTL cleanup", lambda: service_for(app).jobs.cleanup(), 0)
 
     def prepare_partitions() -> list[str]:
         """Create the ledger's partitions ahead (PostgreSQL): no insert waits for one."""
@@ -55,7 +53,7 @@ def register_maintenance_tasks(app: Celery) -> dict[str, Any]:
 
     def relay_dispatch() -> list[str]:
         """Re-publish queued rows whose message was never sent or was lost."""
-        return quietly("dispatch relay", lambda: runtime_for(app).worker.relay_dispatch(), [])
+        return quietly("dispatch relay", lambda: service_for(app).jobs.relay(), [])
 
     def deliver_webhooks() -> dict[str, list[str]]:
         """POST the outbox's due notifications (signed, retried with backoff, bounded)."""

@@ -40,12 +40,12 @@ from planq.domain.runs import RecoverableJobHandler, RunStatus, SweepResult, run
 from planq.tasks import metrics, tracing, trigger_slot
 from planq.tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
 from planq.tasks.ledger_consistency import LedgerConsistencyHandler
+from planq.tasks.run_service import registered_jobs, task_name
 from planq.tasks.runtime import holder_of, run_owner_name, runtime_for
 from planq.tasks.traced_runs import traced_runs
 
 logger = logging.getLogger("planq.runs")
 
-TASK_PREFIX = "planq.runs."
 BEAT_PREFIX = "planq-runs-"
 SWEEP_RETRY_DEADLINE = 10.0
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
@@ -75,11 +75,6 @@ class TriggerTask(Task):  # type: ignore[misc]
         options.setdefault("argsrepr", redactor(saferepr(tuple(args or ()))))
         options.setdefault("kwargsrepr", redactor(saferepr(dict(kwargs or {}))))
         return super().apply_async(args, kwargs, **options)
-
-
-def task_name(job_name: str) -> str:
-    """The Celery task name of a recoverable job."""
-    return f"{TASK_PREFIX}{job_name}"
 
 
 def owner_for(app: Celery, request: Any = None) -> str:
@@ -131,12 +126,6 @@ def _refuse_time_limits(app: Celery) -> None:
                 f"{setting} is set: recoverable runs must have no wall-clock limit "
                 "(set limits per task instead)"
             )
-
-
-def registered_jobs(app: Celery) -> dict[str, RecoverableJobHandler]:
-    """The recoverable jobs registered on app, by name (none on an app planq did not build)."""
-    holder = getattr(app, "planq", None)
-    return dict(holder.handlers) if holder is not None else {}
 
 
 def register_recoverable_job(

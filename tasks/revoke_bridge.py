@@ -147,7 +147,7 @@ def planq_revoke(
             claim = runtime.worker_id_for(pid)  # the child's claim: `<this node>/<its pid>`
             if ledger.finish(job, AsyncJobStatus.cancelled, worker_id=claim):
                 logger.info("revoke %s: terminated in child %d; row cancelled", job_id, pid)
-                runtime.worker.observe_end(job, AsyncJobStatus.cancelled)
+                runtime.service.jobs.observe_end(job, AsyncJobStatus.cancelled)
     return reply
 
 

@@ -1,4 +1,4 @@
-"""The service object: a Runtime per process (ledger, engine, runs, publisher), a holder per app.
+"""A Runtime per process (stores, ledger, the service object, the runner), a holder per app.
 
 `RuntimeHolder` (on the app as `app.planq`) is everything planq keeps per app: the config,
 the Celery node name this process works for, the recoverable-run handlers. `Runtime` is
@@ -17,6 +17,7 @@ from functools import cached_property
 from typing import Any
 
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
+from planq.domain.ledger import JobLedger
 from planq.domain.ports import CancelOutcome
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs import RecoverableJobHandler, RunHeartbeat
@@ -26,9 +27,14 @@ from planq.store import Database, SqlRunStoreProvider, prepare_partitions, sql_l
 from planq.store.ledger_scan import LedgerScan
 from planq.store.migrate import migrate_sqlite
 from planq.store.sql_principals import SqlPrincipalStore
+from planq.tasks import metrics
 from planq.tasks.engine import AsyncWorker, worker_id_for
 from planq.tasks.executors import ExecutorRegistry
+from planq.tasks.job_service import JobService
+from planq.tasks.plan_service import PlanService
 from planq.tasks.publisher import JobPublisher
+from planq.tasks.run_service import RunService
+from planq.tasks.service import PlanqService
 from planq.tasks.traced_lifecycle import TracedLifecycle
 from planq.tasks.webhooks import WebhookSender
 
@@ -60,14 +66,18 @@ class RuntimeConfig:
     run_stale_after: float = DEFAULT_RUN_STALE_AFTER
     #: PLANQ_WEBHOOK_*: who is told of pipeline events, and how deliveries are retried
     webhooks: WebhookPolicy = NO_WEBHOOKS
+    #: PLANQ_APPROVAL_SELF: whether a pipeline's runner may approve its own gate
+    approval_self: bool = False
 
 
 class Runtime:
     """Everything one process needs, built once here (the composition root) and handed down.
 
-    settings (RuntimeConfig) -> database -> stores -> ledger -> services -> Celery wiring.
-    The one door for ledger writes is `ledger` (claim, finish, progress, cancel, retry,
-    stamps); reads go through the stores (`jobs`, `plans`, `runs`).
+    settings (RuntimeConfig) -> database -> stores -> ledger -> the service object ->
+    Celery wiring. The one door for job writes is `ledger` (claim, finish, progress,
+    cancel, retry, stamps); reads go through the stores (`jobs`, `plans`, `runs`); every
+    action is the service object's (`service`: jobs, plans, runs, publish, redactor). The
+    job runner (`worker`) is built only where jobs run: a CLI cancel builds none.
     """
 
     def __init__(
@@ -94,27 +104,54 @@ class Runtime:
             app, self.redactor, stamp=lambda ids: self.ledger.mark_dispatched(ids)
         )
         self.publish = self.publisher.publish
-        self.worker = AsyncWorker(
-            config.worker,
+        #: the process's one JobLedger (every job write; outages ridden out inside it)
+        self.ledger = JobLedger(
+            self.jobs,
+            self.plans,
+            self.redactor,
+            enqueue=self.publish,
+            on_gate_decided=metrics.gate_decided,
+            webhooks=config.webhooks,
+        )
+        self.lifecycle = TracedLifecycle(
+            self.plans, self.jobs, config.worker, redactor=self.redactor, ledger=self.ledger
+        )
+        settle = self.publisher.stamps.flush
+        #: The one service object (tasks/service.py): what every surface calls.
+        self.service = PlanqService(
+            jobs=JobService(
+                self.ledger,
+                config.worker,
+                broadcast_cancel=self.broadcast_cancel,
+                running_here=self._running_here,
+                settle=settle,
+                sweep_interval=config.stuck_check_interval,
+            ),
+            plans=PlanService(
+                self.lifecycle, self.jobs, settle=settle, allow_self=config.approval_self
+            ),
+            runs=lambda: RunService(app, self.runs),
+            publish=self.publisher,
+            redactor=self.redactor,
+        )
+
+    @cached_property
+    def worker(self) -> AsyncWorker:
+        """The job runner (claim, execute, finish, heartbeat): built where jobs run only."""
+        return AsyncWorker(
+            self.config.worker,
             self.jobs,
             self.executors,
             self.plans,
-            publish=self.publish,
-            broadcast_cancel=self.broadcast_cancel,
             worker_id=self.worker_id_for(self.pid),
             redactor=self.redactor,
-            sweep_interval=config.stuck_check_interval,
-            webhooks=config.webhooks,
+            jobs=self.service.jobs,
         )
-        self.ledger = self.worker.ledger
-        self.lifecycle = TracedLifecycle(
-            self.plans,
-            self.jobs,
-            config.worker,
-            enqueue=self.publish,
-            redactor=self.redactor,
-            ledger=self.ledger,  # the process's one JobLedger, the worker's
-        )
+
+    def _running_here(self, job_id: str) -> bool:
+        """Trip the token of job_id if this process's runner holds it (no runner: False)."""
+        runner: AsyncWorker | None = self.__dict__.get("worker")
+        return runner is not None and runner.tracker.cancel_local(job_id)
 
     def worker_id_for(self, pid: int) -> str:
         """The ledger worker_id of process pid of this node (`<node name>/<pid>`)."""
@@ -123,10 +160,9 @@ class Runtime:
     def name_node(self, node: str) -> None:
         """Join Celery node `node`: claim jobs as `<node>/<pid>` from now on."""
         self.node = node
-        if not self.worker.rename(self.worker_id_for(self.pid)):
-            logger.warning(
-                "node %s: jobs in flight, keeping worker id %s", node, self.worker.worker_id
-            )
+        runner: AsyncWorker | None = self.__dict__.get("worker")
+        if runner is not None and not runner.rename(self.worker_id_for(self.pid)):
+            logger.warning("node %s: jobs in flight, keeping worker id %s", node, runner.worker_id)
 
     @cached_property
     def runs(self) -> SqlRunStoreProvider:
@@ -174,7 +210,9 @@ class Runtime:
     def close(self) -> None:
         """Stamp what is pending, stop the heartbeat threads, close the connections."""
         self.publisher.close()
-        self.worker.tracker.close()
+        runner: AsyncWorker | None = self.__dict__.get("worker")
+        if runner is not None:
+            runner.tracker.close()
         heartbeat: RunHeartbeat | None = self.__dict__.get("run_heartbeat")
         if heartbeat is not None:
             heartbeat.stop()
@@ -269,6 +307,11 @@ def holder_of(app: Any) -> RuntimeHolder:
 def runtime_for(app: Any, database: Database | None = None) -> Runtime:
     """The Runtime for app in this process, built on first use (and again after a fork)."""
     return holder_of(app).get(database)
+
+
+def service_for(app: Any, database: Database | None = None) -> PlanqService:
+    """The one service object for app in this process (`runtime_for(app).service`)."""
+    return runtime_for(app, database).service
 
 
 def reset_runtime(app: Any) -> None:

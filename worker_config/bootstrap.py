@@ -37,6 +37,7 @@ def runtime_config(settings: PlanqSettings) -> RuntimeConfig:
         stuck_check_interval=settings.stuck_check_interval,
         run_stale_after=settings.run_stale_after,
         webhooks=settings.webhooks(),
+        approval_self=settings.approval_self,
     )
 
 

@@ -17,8 +17,8 @@ ledger result backend), so a producer needs no Celery or ledger plumbing of its 
     again = client.retry_job(job_id)  # a failed/cancelled job's next attempt (AsyncResult)
 
 Every function takes an optional `app` (default: `worker_config.app`, configured from the
-`PLANQ_*` environment). Each is a thin door onto what the CLI and the API use too (the
-ledger's stores, `AsyncWorker.cancel_job` / `retry_job`), never a second implementation.
+`PLANQ_*` environment). Each is a thin door onto the process's service object
+(`tasks/service.py`), which the CLI and the API call too, never a second implementation.
 Waiting blocks the caller: call it from a producer, never from a
 task body (Celery refuses `AsyncResult.get()` inside a task).
 """
@@ -33,17 +33,14 @@ from celery.result import AsyncResult
 
 from planq.domain.errors import (
     ConfigurationError,
-    InvalidJobTransitionError,
-    InvalidPlanTransitionError,
     JobNotFoundError,
-    PlanNotFoundError,
 )
 from planq.domain.ids import require_ulid
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.lifecycle import Steps
-from planq.domain.plans import Plan, PlanPhase, PlanStatus, plan_label
+from planq.domain.plans import Plan, PlanPhase
 from planq.tasks.result_backend import read_job
-from planq.tasks.runtime import runtime_for
+from planq.tasks.runtime import runtime_for, service_for
 
 
 def _app(app: Celery | None) -> Celery:
@@ -63,7 +60,7 @@ def _phase_task(app: Celery, phase: PlanPhase | str) -> Any:
 
 def create_plan(steps: Steps, name: str = "", *, app: Celery | None = None) -> Plan:
     """Store a new plan (state New) with these steps; strategize is its first phase."""
-    return runtime_for(_app(app)).lifecycle.create_plan(steps, name=name)
+    return service_for(_app(app)).plans.create(steps, name=name)
 
 
 def create_plans(
@@ -75,7 +72,7 @@ def create_plans(
     (not a list, empty, too long, names of another length), BoundsError for a plan's steps
     or name. Queue them next with `queue_phases` (also one statement, then one pipeline).
     """
-    return runtime_for(_app(app)).lifecycle.create_plans(steps, names)
+    return service_for(_app(app)).plans.create_many(steps, names)
 
 
 def queue_phase(plan_id: str, phase: PlanPhase | str, *, app: Celery | None = None) -> AsyncResult:
@@ -125,10 +122,7 @@ def get_plan(plan_id: str, *, app: Celery | None = None) -> Plan:
 
     Raises InvalidIdError for an id that is not a ULID, PlanNotFoundError for an unknown one.
     """
-    plan = runtime_for(_app(app)).plans.get(require_ulid("plan_id", plan_id))
-    if plan is None:
-        raise PlanNotFoundError(plan_id)
-    return plan
+    return service_for(_app(app)).plans.find(plan_id)
 
 
 def list_jobs(
@@ -159,17 +153,7 @@ def cancel_job(job_id: str, *, app: Celery | None = None) -> AsyncJob:
     Raises JobNotFoundError for an unknown id and InvalidJobTransitionError for a job that
     had already ended (nothing written).
     """
-    rt = runtime_for(_app(app))
-    job_id = require_ulid("job_id", job_id)
-    if not rt.worker.cancel_job(job_id):  # the one cancel: ledger write, token, broadcast
-        now = rt.jobs.get(job_id)
-        if now is None:
-            raise JobNotFoundError(job_id)
-        raise InvalidJobTransitionError(job_id, now.status.value, AsyncJobStatus.cancelled.value)
-    after = rt.jobs.get(job_id)
-    if after is None:  # removed by the TTL cleanup in between
-        raise JobNotFoundError(job_id)
-    return after
+    return service_for(_app(app)).jobs.cancel(require_ulid("job_id", job_id))
 
 
 def retry_job(job_id: str, *, app: Celery | None = None) -> AsyncResult:
@@ -178,21 +162,13 @@ def retry_job(job_id: str, *, app: Celery | None = None) -> AsyncResult:
     A NEW row (attempt + 1, `retry_of` = job_id, the checkpoint carried), then its message;
     returns its AsyncResult (id = the new job id). Raises JobNotFoundError for an unknown
     id, InvalidJobTransitionError unless the job failed or was cancelled,
-    PlanNotFoundError when its plan is gone, and InvalidPlanTransitionError when it was
-    retried already or its plan has moved on (nothing written in each case).
+    PlanNotFoundError (PlanGoneError) when its plan is gone, and InvalidPlanTransitionError
+    when it was retried already or its plan has moved on (nothing written in each case).
+    An unpublished retry is the dispatch relay's to send.
     """
     application = _app(app)
-    rt = runtime_for(application)
-    job = get_job(job_id, app=application)
-    if job.status not in (AsyncJobStatus.failed, AsyncJobStatus.cancelled):
-        raise InvalidJobTransitionError(job.job_id, job.status.value, "retried")
-    new, _published = rt.worker.retry_job(job)  # an unpublished row is the relay's to send
-    if new is None:
-        plan = get_plan(job.plan_id, app=application)
-        raise InvalidPlanTransitionError(
-            plan.plan_id, plan.label, plan_label(job.phase, PlanStatus.queued)
-        )
-    result: AsyncResult = application.AsyncResult(new.job_id)
+    retried = service_for(application).jobs.retry(job_id)
+    result: AsyncResult = application.AsyncResult(retried.job.job_id)
     return result
 
 

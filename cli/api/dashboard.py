@@ -40,7 +40,7 @@ FINDINGS_PAGE = 25
 
 def recoverable_section(planq: Planq) -> Markup:
     """Registered recoverable jobs and their badges."""
-    from planq.tasks.recoverable import registered_jobs
+    from planq.tasks.run_service import registered_jobs
 
     jobs = [recoverable_job(planq, name) for name in sorted(registered_jobs(planq.app))]
     return fragments.recoverable_table(jobs)

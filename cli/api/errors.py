@@ -20,6 +20,7 @@ from planq.cli.output import (
     BadInput,
     CliError,
     Denied,
+    NotFound,
     Refused,
     TimedOut,
     Unavailable,
@@ -27,7 +28,6 @@ from planq.cli.output import (
     cut,
     one_line,
 )
-from planq.cli.services import NotFound
 
 logger = logging.getLogger("planq.api")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from planq.cli import services
 from planq.cli.context import Planq
-from planq.cli.output import BadInput
+from planq.cli.output import BadInput, NotFound
 
 #: The most rows one filtered page walks through before it stops and offers "older".
 SCAN_CAP = 2_000
@@ -84,7 +84,7 @@ def plan_for_id(planq: Planq, ident: str) -> Any:
     job = planq.ledger.jobs.get(wanted)
     if job is not None:
         return services.find_plan(planq, job.plan_id)
-    raise services.NotFound(f"no plan or job with id {wanted}")
+    raise NotFound(f"no plan or job with id {wanted}")
 
 
 def jobs_for_id(planq: Planq, ident: str) -> list[Any]:
@@ -95,7 +95,7 @@ def jobs_for_id(planq: Planq, ident: str) -> list[Any]:
         return [job]
     if planq.ledger.plans.get(wanted) is not None:
         return list(reversed(planq.ledger.jobs.list_by_plan(wanted)))
-    raise services.NotFound(f"no job or plan with id {wanted}")
+    raise NotFound(f"no job or plan with id {wanted}")
 
 
 def plans(

@@ -11,7 +11,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from planq.cli import pipeline_services, services
+from planq.cli import services
 from planq.cli.api.templating import render
 from planq.cli.context import Planq
 
@@ -21,7 +21,7 @@ ACTIVE = ("running", "awaiting_approval")
 def plan_pipeline(planq: Planq, plan_id: str) -> Markup:
     """The section for one plan (nothing for a plan run phase by phase with no events)."""
     plan = services.find_plan(planq, plan_id)
-    events = pipeline_services.plan_events(planq, plan.plan_id)
+    events = services.plan_events(planq, plan.plan_id)
     info: dict[str, Any] | None = plan.pipeline_dict()
     if info is None and not events:
         return Markup()

@@ -41,8 +41,8 @@ Offset = Annotated[int, Query(ge=0)]
 
 def plan_detail(planq: Planq, plan_id: str) -> PlanDetail:
     """The plan, its jobs (oldest first) and the latest job of each phase."""
-    plan = services.find_plan(planq, plan_id)
-    jobs = [JobOut.of(j) for j in planq.runtime.jobs.list_by_plan(plan.plan_id)]
+    plan, rows = services.plan_jobs(planq, plan_id)
+    jobs = [JobOut.of(j) for j in rows]
     phases: dict[str, JobOut | None] = {p.value: None for p in PlanPhase}
     for job in jobs:  # oldest first: the last one seen per phase is its latest
         phases[job.phase] = job
@@ -78,7 +78,7 @@ def list_plans(
 @router.post("/plans", status_code=201)
 def create_plan(planq: Session, body: PlanIn) -> PlanOut:
     """Store a new plan (state New); nothing is queued yet."""
-    return PlanOut.of(services.create_plan(planq, body.step_dicts(), name=body.name))
+    return PlanOut.of(planq.service.plans.create(body.step_dicts(), name=body.name))
 
 
 @router.get("/plans/{plan_id}")
@@ -97,7 +97,7 @@ def queue_phase(planq: Session, plan_id: PlanId, phase: PlanPhase) -> QueuedOut:
 
     409 if the plan is not ready (execute needs Strategize/COMPLETE, apply Execute/COMPLETE).
     """
-    plan, job = services.queue_phase(planq, plan_id, phase.value)
+    [(plan, job)] = planq.service.plans.queue([plan_id], phase, ready=planq.require_broker)
     return QueuedOut(plan=PlanOut.of(plan), job=JobOut.of(job) if job else None)
 
 
@@ -140,31 +140,31 @@ def show_job(planq: Session, job_id: JobId) -> JobDetail:
 @router.post("/jobs/{job_id}/cancel", responses={404: {}, 409: {}})
 def cancel_job(planq: Session, job_id: JobId, who: Caller) -> CancelJobOut:
     """A queued job ends now; a running one stops at its next safe point; 409 if ended."""
-    outcome, job = services.cancel_job(planq, job_id, who.actor)
-    return CancelJobOut(
-        outcome="cancelled" if outcome == "cancelled" else "cancel requested", job=JobOut.of(job)
-    )
+    job = planq.service.jobs.cancel(job_id, who.actor)
+    outcome = "cancelled" if job.status is AsyncJobStatus.cancelled else "cancel requested"
+    return CancelJobOut(outcome=outcome, job=JobOut.of(job))
 
 
 @router.post("/jobs/{job_id}/retry", status_code=202, responses={404: {}, 409: {}})
 def retry_job(planq: Session, job_id: JobId) -> RetryOut:
     """Queue a new attempt of a failed or cancelled job (from its checkpoint); 409 otherwise."""
-    job, published = services.retry_job(planq, job_id)
+    job, published = planq.service.jobs.retry(job_id, ready=planq.require_broker)
     return RetryOut(job=JobOut.of(job), published=published)
 
 
 @router.post("/stuck")
 def detect_stuck(planq: Session) -> StuckOut:
     """Stuck detection now: running jobs whose heartbeat expired become failed."""
-    expired, retried = services.detect_stuck(planq)
+    report = planq.service.jobs.detect_stuck()
     return StuckOut(
         job_timeout_seconds=planq.settings.job_timeout,
-        expired=[JobOut.of(j) for j in expired],
-        retried=retried,
+        expired=[JobOut.of(j) for j in report],  # the rows as the sweep failed them
+        retried=dict(report.retried),
     )
 
 
 @router.post("/cleanup")
 def cleanup(planq: Session) -> CleanupOut:
     """Delete ended jobs older than PLANQ_JOB_TTL now (what beat does periodically)."""
-    return CleanupOut(deleted=services.cleanup_jobs(planq), job_ttl_seconds=planq.settings.job_ttl)
+    deleted = planq.service.jobs.cleanup()
+    return CleanupOut(deleted=deleted, job_ttl_seconds=planq.settings.job_ttl)

@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, Field
 
-from planq.cli import pipeline_services
+from planq.cli import services
 from planq.cli.api.auth import auth_on, caller
 from planq.cli.api.models import JobOut, PlanOut
 from planq.cli.api.state import session
@@ -118,16 +118,16 @@ def run_plan(
 ) -> PipelineOut:
     """Store a pipeline on the plan and queue its next phase; the rest follow by themselves."""
     body = body or RunIn()
-    plan, job = pipeline_services.run_plan(
-        planq,
+    plan, job = planq.service.plans.run(
         plan_id,
         body.through,
         body.approve_before,
         who.actor,
         body.approval_timeout,
-        approvals=body.approvals,
-        note=_note(body.by),
-        notify=body.notify,
+        body.approvals,
+        _note(body.by),
+        body.notify,
+        ready=planq.require_broker,
     )
     return _out(plan, job)
 
@@ -143,8 +143,12 @@ def approve_plan(
     """
     body = body or DecisionIn()
     allow_self = planq.settings.approval_self or not auth_on(planq.settings)
-    plan, job = pipeline_services.decide(
-        planq, plan_id, True, who.actor, _note(body.by, body.note), allow_self=allow_self
+    plan, job = planq.service.plans.approve(
+        plan_id,
+        who.actor,
+        _note(body.by, body.note),
+        allow_self=allow_self,
+        ready=planq.require_broker,
     )
     return _out(plan, job)
 
@@ -155,7 +159,7 @@ def reject_plan(
 ) -> PipelineOut:
     """Stop a plan waiting at its gate (one reject ends the wait); 409 if it is not waiting."""
     body = body or DecisionIn()
-    plan, _ = pipeline_services.decide(planq, plan_id, False, who.actor, _note(body.by, body.note))
+    plan = planq.service.plans.reject(plan_id, who.actor, _note(body.by, body.note))
     return _out(plan, None)
 
 
@@ -169,7 +173,8 @@ def cancel_plan(
     job's end; a landed cancel is recorded once, with the caller as its actor.
     """
     body = body or CancelIn()
-    landed = pipeline_services.cancel_plan(planq, plan_id, who.actor, _note(body.by))
+    wait = float(planq.settings.cancel_wait)
+    landed = planq.service.jobs.cancel_plan(plan_id, who.actor, _note(body.by), wait=wait)
     plan = landed.plan
     return PlanCancelOut(
         plan=PlanOut.of(plan),
@@ -183,7 +188,4 @@ def cancel_plan(
 @router.get("/plans/{plan_id}/events", responses={404: {}})
 def plan_events(planq: Session, plan_id: PlanId) -> list[EventOut]:
     """The plan's audit trail, oldest first."""
-    return [
-        EventOut.model_validate(e.as_cli_dict())
-        for e in pipeline_services.plan_events(planq, plan_id)
-    ]
+    return [EventOut.model_validate(e.as_cli_dict()) for e in services.plan_events(planq, plan_id)]

@@ -38,7 +38,7 @@ RunId = Annotated[str, Path(description="The run's ULID.")]
 
 def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
     """A registered job with its active run and the outcome of its newest ended/paused run."""
-    from planq.tasks.recoverable import task_name
+    from planq.tasks.run_service import task_name
 
     schedule = planq.app.conf.beat_schedule or {}
     entry = next((e for e in schedule.values() if e.get("task") == task_name(name)), None)
@@ -61,7 +61,7 @@ def recoverable_job(planq: Planq, name: str) -> RecoverableJobOut:
 @router.get("", response_model_exclude_none=True)
 def list_recoverable_jobs(planq: Session) -> list[RecoverableJobOut]:
     """Every registered recoverable job, with the badge of its last outcome."""
-    from planq.tasks.recoverable import registered_jobs
+    from planq.tasks.run_service import registered_jobs
 
     return [recoverable_job(planq, name) for name in sorted(registered_jobs(planq.app))]
 
@@ -85,7 +85,7 @@ def trigger(
     args = dict(body.args) if body else {}
     if force:
         args["force"] = "true"
-    result = services.trigger_run(planq, name, args, wait=TRIGGER_WAIT)
+    result = planq.service.runs.trigger(name, args, wait=TRIGGER_WAIT, ready=planq.require_broker)
     run = result.run
     if result.decision == "already_running":
         raise Conflict(
@@ -118,7 +118,7 @@ def trigger(
 @router.post("/{name}/cancel", responses={409: {}, 404: {}})
 def cancel(planq: Session, name: Name) -> CancelRunOut:
     """Ask the Running run to stop at its next batch (it ends Paused, cursor kept)."""
-    return CancelRunOut(job_name=name, run_id=services.cancel_run(planq, name))
+    return CancelRunOut(job_name=name, run_id=planq.service.runs.cancel(name))
 
 
 @router.get("/{name}/runs", response_model_exclude_none=True)
@@ -128,7 +128,7 @@ def list_runs(
     limit: Annotated[int, Query(ge=1, description=f"Clamped to {MAX_RUNS}.")] = 20,
 ) -> list[RunSummaryOut]:
     """The job's runs, newest first, terminal and active alike."""
-    services.recoverable_handler(planq, name)
+    planq.service.runs.handler(name)  # 404 for a name no handler has
     runs = planq.runs.list_runs(name, limit=min(limit, MAX_RUNS))
     return [RunSummaryOut.of(r) for r in runs]
 
@@ -179,5 +179,5 @@ def purge(
     ] = 30,
 ) -> PurgeOut:
     """Delete Completed/Failed runs ended over max(1, days) ago; active runs are never touched."""
-    purged, days = services.purge_runs(planq, retention_days)
+    purged, days = planq.service.runs.purge(retention_days)
     return PurgeOut(purged=purged, retention_days=days)

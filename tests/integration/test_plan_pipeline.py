@@ -265,7 +265,7 @@ def test_cancel_while_waiting_stops_the_pipeline(runtime: Runtime) -> None:
     plan = new_plan(runtime)
     runtime.lifecycle.run_plan(plan.plan_id, through="apply", approve_before="apply")
     pipeline_reaches(runtime, plan.plan_id, PipelineState.awaiting_approval)
-    landed = runtime.worker.cancel_plan(plan.plan_id, actor="erin")
+    landed = runtime.service.jobs.cancel_plan(plan.plan_id, actor="erin")
     assert landed.plan.pipeline_state is PipelineState.cancelled and landed.outcomes == {}
     with pytest.raises(NotAwaitingApprovalError):
         runtime.lifecycle.approve_plan(plan.plan_id)
@@ -288,7 +288,7 @@ def test_cancel_while_a_phase_runs_cancels_it_and_stops_the_pipeline(
             )
 
         wait_for(execute_running, timeout=30, what="execute to run")
-        landed = rt.worker.cancel_plan(plan.plan_id, actor="frank")
+        landed = rt.service.jobs.cancel_plan(plan.plan_id, actor="frank")
         assert landed.plan.pipeline_state is PipelineState.cancelled
         cancelled = list(landed.outcomes)
         assert len(cancelled) == 1 and not landed.finished
@@ -326,7 +326,7 @@ def test_a_failed_phase_stops_the_pipeline_and_a_retry_resumes_it(
         assert stopped.pipeline_dict()["state"] == "failed"  # type: ignore[index]
         assert phases_queued(rt, plan.plan_id) == ["strategize", "execute"]
         failed_job = rt.jobs.list_by_plan(plan.plan_id)[-1]
-        new, _ = rt.worker.retry_job(failed_job)
+        new, _ = rt.service.jobs.retry(failed_job.job_id)
         assert new is not None
         done = pipeline_reaches(rt, plan.plan_id, PipelineState.done)
         assert done.label == "Apply/COMPLETE"
@@ -394,7 +394,7 @@ def test_a_next_phase_committed_but_never_published_is_sent_by_the_relay_once(
     row = runtime.jobs.get(lost[0])
     assert row is not None and row.status is AsyncJobStatus.queued and row.dispatched_at is None
     runtime.ledger.enqueue = runtime.publish  # a live process's relay
-    assert runtime.worker.relay_dispatch(unsent_grace=0.0) == [lost[0]]
+    assert runtime.service.jobs.relay(unsent_grace=0.0) == [lost[0]]
     done = pipeline_reaches(runtime, plan.plan_id, PipelineState.done)
     assert done.label == "Execute/COMPLETE"
     assert phases_queued(runtime, plan.plan_id) == ["strategize", "execute"]

@@ -25,7 +25,7 @@ from planq.domain.jobs import AsyncJobStatus
 from planq.domain.plans import PipelineState, Plan, PlanPhase
 from planq.tasks import tracing
 from planq.tasks.ledger_consistency import JOB_NAME as LEDGER_CONSISTENCY
-from planq.tasks.recoverable import task_name
+from planq.tasks.run_service import task_name
 from planq.tasks.runtime import Runtime, reset_runtime, runtime_for
 from tests.celery_support import (
     WorkerProcess,

@@ -307,7 +307,7 @@ def test_two_senders_at_once_deliver_each_notification_once(
         plans = [rt.lifecycle.create_plan([{"name": "a"}], name=f"p{i}") for i in range(30)]
         for plan in plans:
             rt.lifecycle.run_plan(plan.plan_id, "apply", "apply", actor="api:ann")
-            rt.worker.cancel_plan(plan.plan_id, actor="api:ann")
+            rt.service.jobs.cancel_plan(plan.plan_id, actor="api:ann")
         due = rt.plans.list_deliveries(limit=500)
         senders = [threading.Thread(target=rt.webhooks.deliver_due) for _ in range(2)]
         for sender in senders:
@@ -325,7 +325,7 @@ def test_the_maintenance_task_delivers_and_beat_schedules_it_only_with_a_secret(
 ) -> None:
     with embedded_runtime(app_for(redis_url, database_url, [receiver.url]), start=False) as rt:
         plan = gated_plan(rt)
-        rt.worker.cancel_plan(plan.plan_id, actor="api:ann")
+        rt.service.jobs.cancel_plan(plan.plan_id, actor="api:ann")
         report = rt.app.tasks["planq.maintenance.deliver_webhooks"].apply().get(timeout=30)
     assert receiver.accepted_types() == ["plan.cancel_requested", "phase.cancelled"]
     assert sorted(report["delivered"]) == sorted(b["id"] for b in receiver.accepted())

@@ -6,9 +6,22 @@ import pytest
 from kombu.exceptions import OperationalError as BrokerError
 from sqlalchemy.exc import DataError, OperationalError, ProgrammingError
 
-from planq.cli.output import BAD_INPUT, REFUSED, UNAVAILABLE, classify
-from planq.cli.services import NotFound, PlanGone
-from planq.domain.errors import BoundsError, InvalidIdError, LedgerUnavailableError, WrongTypeError
+from planq.cli.output import BAD_INPUT, REFUSED, UNAVAILABLE, NotFound, classify
+from planq.domain.errors import (
+    BoundsError,
+    CancelTooLateError,
+    InvalidIdError,
+    InvalidJobTransitionError,
+    JobNotFoundError,
+    LedgerUnavailableError,
+    NoRunningRunError,
+    PlanGoneError,
+    PlanNotFoundError,
+    RunNotFoundError,
+    UnknownRecoverableJobError,
+    UnknownRunArgError,
+    WrongTypeError,
+)
 
 
 @pytest.mark.parametrize(
@@ -19,7 +32,10 @@ from planq.domain.errors import BoundsError, InvalidIdError, LedgerUnavailableEr
         (InvalidIdError("job_id", "nope"), BAD_INPUT),
         (ValueError("limit must be >= 1"), BAD_INPUT),
         (NotFound("no job with id 'X'"), BAD_INPUT),
-        (PlanGone("job X's plan Y no longer exists"), REFUSED),
+        (PlanGoneError("X", "Y"), REFUSED),  # a PlanNotFoundError, but refused: not a 404
+        (InvalidJobTransitionError("X", "succeeded", "cancelled"), REFUSED),
+        (NoRunningRunError("scan", "Completed"), REFUSED),
+        (UnknownRunArgError("arg 'x' is not one scan takes"), BAD_INPUT),
         (DataError("INSERT", {}, Exception("invalid byte sequence: 0x00")), BAD_INPUT),
         (OperationalError("SELECT 1", {}, Exception("connection refused")), UNAVAILABLE),
         (ProgrammingError("SELECT", {}, Exception("no such table: plans")), UNAVAILABLE),
@@ -38,3 +54,32 @@ def test_known_failures_map_to_their_exit_code(exc: Exception, code: int) -> Non
 )
 def test_a_bug_is_left_to_show_its_traceback(exc: Exception) -> None:
     assert classify(exc) is None
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        JobNotFoundError("X"),
+        PlanNotFoundError("Y"),
+        RunNotFoundError("Z"),
+        UnknownRecoverableJobError("scan", ["other"]),
+    ],
+)
+def test_the_service_objects_not_found_errors_are_not_found(exc: Exception) -> None:
+    """The service raises domain errors; the CLI's exit 2 and the API's 404 come from here."""
+    error = classify(exc)
+    assert isinstance(error, NotFound) and error.message == str(exc)
+
+
+def test_a_cancel_too_late_is_refused_naming_how_the_phase_ended() -> None:
+    from datetime import UTC, datetime
+
+    from planq.domain.jobs import AsyncJob, AsyncJobStatus
+    from planq.domain.plans import PlanPhase
+
+    job = AsyncJob(plan_id="01J0000000000000000000000A", phase=PlanPhase.execute).model_copy(
+        update={"status": AsyncJobStatus.succeeded, "finished_at": datetime(2026, 1, 2, tzinfo=UTC)}
+    )
+    error = classify(CancelTooLateError("01J0000000000000000000000A", job))
+    assert error is not None and error.code == REFUSED
+    assert "execute job" in error.message and "ended succeeded at 2026-01-02" in error.message

@@ -116,7 +116,10 @@ def test_a_process_has_one_job_ledger(tmp_path: Path) -> None:
     )
     try:
         runtime = runtime_for(app)
-        assert runtime.lifecycle.ledger is runtime.ledger is runtime.worker.ledger
-        assert runtime.worker.publish == runtime.publish == runtime.publisher.publish
+        assert "worker" not in runtime.__dict__  # no runner until a job runs here
+        assert runtime.service.jobs.ledger is runtime.lifecycle.ledger is runtime.ledger
+        assert runtime.ledger.enqueue == runtime.publish == runtime.publisher.publish
+        assert runtime.worker.ledger is runtime.ledger  # the runner, once built, shares it
+        assert runtime.worker.jobs is runtime.service.jobs  # and the one set of job actions
     finally:
         reset_runtime(app)
