@@ -95,10 +95,14 @@ def main() -> None:
     embedded.start()
     task = app.tasks["planq.strategize_plan"]
 
+    from celery.worker import state as worker_state
+
     def ended(job_id: str) -> Callable[[], bool]:
+        """The row ended and its task returned (its postrun signal and ack are done too)."""
+
         def probe() -> bool:
             row = runtime.jobs.get(job_id)
-            return row is not None and row.is_terminal
+            return row is not None and row.is_terminal and not worker_state.active_requests
 
         return probe
 
@@ -116,24 +120,32 @@ def main() -> None:
         delay_files = recorder.record(delay_path)
 
         api = TestClient(create_api(Planq(), settings=settings), base_url="http://127.0.0.1")
-        api.get("/api/ledger/jobs")  # the API's session and pool, before the count
-        slow = runtime.lifecycle.create_plan(SLOW, name="cancel-path")
-        running = task.delay(slow.plan_id)
 
-        def is_running() -> bool:
-            row = runtime.jobs.get(running.id)
-            return row is not None and row.status.value == "running" and (row.progress or 0) > 0
+        def start_slow(name: str) -> str:
+            slow = runtime.lifecycle.create_plan(SLOW, name=name)
+            job_id = str(task.delay(slow.plan_id).id)
 
-        wait("the slow job to run", is_running)
+            def is_running() -> bool:
+                row = runtime.jobs.get(job_id)
+                return row is not None and row.status.value == "running" and (row.progress or 0) > 0
 
-        def cancel_path() -> None:
-            answer = api.post(f"/api/ledger/jobs/{running.id}/cancel")
-            if answer.status_code != 200:
-                raise SystemExit(f"cancel answered {answer.status_code}: {answer.text}")
-            wait("the cancelled row", ended(running.id))
+            wait(f"{name} to run", is_running)
+            return job_id
 
+        def cancel(job_id: str) -> Callable[[], None]:
+            def path() -> None:
+                answer = api.post(f"/api/ledger/jobs/{job_id}/cancel")
+                if answer.status_code != 200:
+                    raise SystemExit(f"cancel answered {answer.status_code}: {answer.text}")
+                wait("the cancelled row", ended(job_id))
+
+            return path
+
+        cancel(start_slow("cancel-warm-up"))()  # the API's session and runtime, built once
+        running = start_slow("cancel-path")
+        cancel_path = cancel(running)
         cancel_files = recorder.record(cancel_path)
-        row = runtime.jobs.get(running.id)
+        row = runtime.jobs.get(running)
         assert row is not None and row.status.value == "cancelled", row
     finally:
         sys.setprofile(None)

@@ -74,8 +74,7 @@ def ledger(
     One connection per engine (the hot one and the sessions'), both opened here, so the
     pids cover every statement the store sends.
     """
-    from planq.domain.jobs import AsyncJob
-    from planq.domain.payload import serialize_job_payload
+    from planq.domain.jobs import AsyncJob, serialize_job_payload
     from planq.domain.plans import PlanPhase
     from planq.store import Database, sql_ledger
     from planq.store.migrate import upgrade

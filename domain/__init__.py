@@ -24,10 +24,15 @@ if TYPE_CHECKING:  # what type checkers see: the names, as if imported here (see
         PlanqError,
     )
     from planq.domain.health import WorkerHealthReport
-    from planq.domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
+    from planq.domain.jobs import (
+        AsyncJob,
+        AsyncJobStatus,
+        can_transition_job,
+        deserialize_job_payload,
+        serialize_job_payload,
+    )
     from planq.domain.ledger import JobLedger
     from planq.domain.lifecycle import PhaseQueued, PlanLifecycleService
-    from planq.domain.payload import deserialize_job_payload, serialize_job_payload
     from planq.domain.plans import Plan, PlanPhase, PlanStatus
     from planq.domain.ports import CancelOutcome, JobStore, PlanStore
     from planq.domain.redaction import redact_secrets
@@ -66,15 +71,13 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "AsyncJob",
         "AsyncJobStatus",
         "can_transition_job",
+        "deserialize_job_payload",
+        "serialize_job_payload",
     ),
     "planq.domain.ledger": ("JobLedger",),
     "planq.domain.lifecycle": (
         "PhaseQueued",
         "PlanLifecycleService",
-    ),
-    "planq.domain.payload": (
-        "deserialize_job_payload",
-        "serialize_job_payload",
     ),
     "planq.domain.plans": (
         "Plan",

@@ -20,12 +20,20 @@ from planq.domain.errors import (
     PlanqError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus, redact_error, redact_error_traceback
-from planq.domain.ledger_parts import Enqueue, GateObserver, LedgerParts
 from planq.domain.outage import PROCESS_OUTAGES, OutageMonitor, ride_out_outage
 from planq.domain.pipeline import EventKind, check_actor
 from planq.domain.pipeline_ledger import PipelineLedger
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
-from planq.domain.ports import CancelOutcome, Claimed, JobStore, PlanStore, one_ledger
+from planq.domain.ports import (
+    CancelOutcome,
+    Claimed,
+    Enqueue,
+    GateObserver,
+    JobStore,
+    LedgerParts,
+    PlanStore,
+    one_ledger,
+)
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.transitions import PLAN_STATUS_FOR_JOB
 from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
@@ -108,7 +116,7 @@ class JobLedger:
         on_gate_decided: GateObserver | None = None,
         webhooks: WebhookPolicy = NO_WEBHOOKS,
     ) -> None:
-        #: The stores and hooks this ledger and its pipeline half share (domain/ledger_parts.py).
+        #: The stores and hooks this ledger and its pipeline half share (domain/ports.py).
         self.parts = LedgerParts(jobs, plans, redactor, enqueue, on_gate_decided, webhooks)
         #: This process's outage monitor: the job path's writes report into it.
         self.outages = PROCESS_OUTAGES if outages is None else outages

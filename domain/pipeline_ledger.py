@@ -22,7 +22,6 @@ from planq.domain.errors import (
     SelfApprovalError,
 )
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
-from planq.domain.ledger_parts import LedgerParts
 from planq.domain.pipeline import (
     EventKind,
     PipelineRequest,
@@ -37,7 +36,7 @@ from planq.domain.pipeline import (
     waiting_for,
 )
 from planq.domain.plans import PipelineState, Plan, PlanPhase
-from planq.domain.ports import PlanStore
+from planq.domain.ports import LedgerParts, PlanStore
 from planq.domain.webhooks import NOTIFY, deliveries_for
 
 logger = logging.getLogger("planq.pipeline")

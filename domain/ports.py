@@ -1,9 +1,17 @@
-"""The ledger's ports: small protocols with an in-memory and a SQL implementation each."""
+"""The ledger's ports: small protocols with an in-memory and a SQL implementation each.
+
+At the end, `LedgerParts`: the ports one ledger writes through and what it calls after a
+commit, shared by `JobLedger` (the job path) and `PipelineLedger` (a plan's pipeline), so
+the pipeline half writes through the stores it is given, not through a pointer back to the
+job half: neither module imports the other's class.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import NamedTuple, Protocol, runtime_checkable
@@ -13,7 +21,10 @@ from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
 from planq.domain.principals import Principal
-from planq.domain.webhooks import Delivery
+from planq.domain.redaction import BUILTIN, Redactor
+from planq.domain.webhooks import NO_WEBHOOKS, Delivery, WebhookPolicy
+
+_logger = logging.getLogger("planq.ledger")
 
 
 class CancelOutcome(StrEnum):
@@ -326,3 +337,41 @@ class PrincipalStore(Protocol):
 
     def rotate(self, name: str, token_hash: str) -> bool:
         """Replace an active principal's token hash; False if none has this name."""
+
+
+#: Called after commit with the jobs a pipeline queued (the runtime's publish).
+Enqueue = Callable[[Sequence[AsyncJob]], None]
+#: Called after commit when a wait at a gate ended: (approved|rejected|expired, since when).
+GateObserver = Callable[[str, datetime], None]
+
+
+@dataclass
+class LedgerParts:
+    """The stores one ledger writes in, and what it calls after a commit."""
+
+    jobs: JobStore
+    plans: PlanStore | None = None
+    #: Every text the ledger keeps passes through it (planq's: built from settings).
+    redactor: Redactor = BUILTIN
+    #: Publishes a job a pipeline queued, after its transaction commits (the normal path:
+    #: the runtime's publish; the dispatch relay covers a process that dies first).
+    enqueue: Enqueue | None = None
+    #: Told of every wait at an approval gate that ended, after the decision commits.
+    on_gate_decided: GateObserver | None = None
+    #: Who hears of a pipeline's events (an outbox row per receiver, with the event).
+    webhooks: WebhookPolicy = NO_WEBHOOKS
+
+    def publish_committed(self, jobs: Sequence[AsyncJob]) -> bool:
+        """Publish jobs whose rows just committed; whether their messages went out.
+
+        The one "publish after commit": a failure is logged, never raised, since the rows
+        are durable and the dispatch relay sends them after its grace.
+        """
+        if self.enqueue is None or not jobs:
+            return False
+        try:
+            self.enqueue(jobs)
+        except Exception:  # the rows are durable; the dispatch relay publishes them later
+            _logger.exception("%d job(s) committed but not published; the relay will", len(jobs))
+            return False
+        return True

@@ -253,7 +253,7 @@ class AsyncWorker:
             logger.info("job %s: no longer ours (ended or taken over); nothing written", job_id)
             return JobReport(PickupResult.finished_elsewhere), None
         self._count(verdict.result)
-        self.jobs.observe_end(job, verdict.status)
+        observe_end(job, verdict.status, self.job_store)
         if verdict.status is AsyncJobStatus.failed:
             self.jobs.retry_ended(job)
         report = JobReport(
@@ -388,6 +388,17 @@ class AsyncWorker:
             return
         self.tracker.cancel_all(WORKER_SHUTDOWN)
         self._poller.stop(timeout)
+
+
+def observe_end(job: AsyncJob, status: AsyncJobStatus, jobs: JobStore) -> None:
+    """Metrics for a job this process ended: a runner's, or a terminate-revoke's."""
+    now = utcnow()
+    started = job.started_at or now
+    metrics.job_finished(job.phase.value, status.value, (now - started).total_seconds())
+    if status is AsyncJobStatus.cancelled:
+        row = jobs.get(job.job_id)
+        if row is not None and row.cancel_requested_at is not None:
+            metrics.cancel_latency((now - row.cancel_requested_at).total_seconds())
 
 
 @contextmanager

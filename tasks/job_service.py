@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL, AsyncWorkerConfig
 from planq.domain.errors import (
     AlreadyRetriedError,
@@ -302,16 +301,6 @@ class JobService:
             publish(due)
         metrics.relayed(len(due))
         return [job.job_id for job in due]
-
-    def observe_end(self, job: AsyncJob, status: AsyncJobStatus) -> None:
-        """Metrics for a job this process ended: a runner's, or a terminate-revoke's."""
-        now = utcnow()
-        started = job.started_at or now
-        metrics.job_finished(job.phase.value, status.value, (now - started).total_seconds())
-        if status is AsyncJobStatus.cancelled:
-            row = self.ledger.jobs.get(job.job_id)
-            if row is not None and row.cancel_requested_at is not None:
-                metrics.cancel_latency((now - row.cancel_requested_at).total_seconds())
 
 
 __all__ = [

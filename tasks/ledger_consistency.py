@@ -25,9 +25,8 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 from planq.domain.clock import as_utc, utcnow
-from planq.domain.jobs import AsyncJobStatus
+from planq.domain.jobs import AsyncJobStatus, deserialize_job_payload
 from planq.domain.outage import ride_out_outage
-from planq.domain.payload import deserialize_job_payload
 from planq.domain.redaction import BUILTIN, Redactor
 from planq.domain.runs import (
     Completed,

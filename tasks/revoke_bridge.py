@@ -34,6 +34,7 @@ from celery.worker import state as worker_state
 from planq.domain.jobs import AsyncJobStatus
 from planq.domain.ports import CancelOutcome
 from planq.tasks import metrics, tracing
+from planq.tasks.engine import observe_end
 from planq.tasks.runtime import RECORDED, Runtime, runtime_for
 
 logger = logging.getLogger("planq.revoke")
@@ -147,7 +148,7 @@ def planq_revoke(
             claim = runtime.worker_id_for(pid)  # the child's claim: `<this node>/<its pid>`
             if ledger.finish(job, AsyncJobStatus.cancelled, worker_id=claim):
                 logger.info("revoke %s: terminated in child %d; row cancelled", job_id, pid)
-                runtime.service.jobs.observe_end(job, AsyncJobStatus.cancelled)
+                observe_end(job, AsyncJobStatus.cancelled, runtime.jobs)
     return reply
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import insert
 from planq.cli.api.app import create_api
 from planq.domain.clock import utcnow
 from planq.domain.ids import new_id
-from planq.domain.payload import serialize_job_payload
+from planq.domain.jobs import serialize_job_payload
 from planq.store import Database
 from planq.store.models import AsyncJobModel, PlanModel
 from tests.resources import free_port

@@ -24,7 +24,7 @@ from celery.utils.nodenames import gethostname
 
 from planq.domain.clock import utcnow
 from planq.domain.ids import new_id
-from planq.domain.payload import serialize_job_payload
+from planq.domain.jobs import serialize_job_payload
 from planq.domain.runs import RunStatus
 from planq.domain.runs.checks import SWEEP_ERROR
 from planq.store.migrate import upgrade

@@ -30,9 +30,14 @@ from planq.domain.errors import (
 )
 from planq.domain.health import WorkerHealthReport
 from planq.domain.ids import new_id
-from planq.domain.jobs import AsyncJob, AsyncJobStatus, can_transition_job
+from planq.domain.jobs import (
+    AsyncJob,
+    AsyncJobStatus,
+    can_transition_job,
+    deserialize_job_payload,
+    serialize_job_payload,
+)
 from planq.domain.lifecycle import PlanLifecycleService
-from planq.domain.payload import deserialize_job_payload, serialize_job_payload
 from planq.domain.plans import Plan, PlanPhase, PlanStatus
 from planq.domain.ports import JobStore, PlanStore
 from planq.store.database import Database

@@ -18,7 +18,7 @@ from sqlalchemy import insert, update
 
 from planq.domain.clock import utcnow
 from planq.domain.ids import new_id
-from planq.domain.payload import serialize_job_payload
+from planq.domain.jobs import serialize_job_payload
 from planq.domain.runs import Completed, Fresh, RunOutcome, RunStatus, RunStore
 from planq.domain.runs.checks import SERVER_RESTART_ERROR, SWEEP_ERROR
 from planq.store import Database

@@ -36,10 +36,9 @@ from planq.domain.bounds import (
 )
 from planq.domain.errors import BoundsError, WrongTypeError
 from planq.domain.ids import new_id
-from planq.domain.jobs import AsyncJob
+from planq.domain.jobs import AsyncJob, deserialize_job_payload, serialize_job_payload
 from planq.domain.ledger import JobLedger
 from planq.domain.lifecycle import PlanLifecycleService
-from planq.domain.payload import deserialize_job_payload, serialize_job_payload
 from planq.domain.plans import Plan, PlanPhase
 from planq.domain.runs import Completed, RunOutcome, RunStore, run_or_resume
 from planq.domain.runs.checks import check_limit, purge_cutoff, stale_cutoff

@@ -11,8 +11,13 @@ from pydantic import ValidationError
 
 from planq.domain.errors import InvalidJobTransitionError
 from planq.domain.ids import is_ulid, new_id
-from planq.domain.jobs import MAX_ERROR_LENGTH, AsyncJob, AsyncJobStatus, can_transition_job
-from planq.domain.payload import serialize_job_payload
+from planq.domain.jobs import (
+    MAX_ERROR_LENGTH,
+    AsyncJob,
+    AsyncJobStatus,
+    can_transition_job,
+    serialize_job_payload,
+)
 from planq.domain.plans import PlanPhase
 
 S = AsyncJobStatus

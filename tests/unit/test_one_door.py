@@ -123,3 +123,28 @@ def test_a_process_has_one_job_ledger(tmp_path: Path) -> None:
         assert runtime.worker.jobs is runtime.service.jobs  # and the one set of job actions
     finally:
         reset_runtime(app)
+
+
+def test_an_operators_cancel_and_retry_build_no_runner(tmp_path: Path) -> None:
+    """The CLI's and the API's process: the service object acts, no tracker or poller exists."""
+    from planq.domain.jobs import AsyncJobStatus
+    from planq.domain.plans import PlanPhase
+    from planq.tasks.runtime import reset_runtime, service_for
+    from planq.worker_config.bootstrap import bootstrap
+    from planq.worker_config.settings import load_settings
+
+    app = bootstrap(
+        load_settings(database_url=f"sqlite:///{tmp_path / 'ops.db'}", broker_url="memory://")
+    )
+    try:
+        service = service_for(app)
+        plan = service.plans.create(["one"], name="ops")
+        [(_, job)] = service.plans.queue([plan.plan_id], PlanPhase.strategize)
+        assert job is not None and job.dispatched_at is not None  # the row as stored
+        cancelled = service.jobs.cancel(job.job_id, "cli:ops@host")
+        assert cancelled.status is AsyncJobStatus.cancelled
+        retried = service.jobs.retry(job.job_id)
+        assert (retried.job.attempt, retried.job.retry_of) == (2, job.job_id)
+        assert "worker" not in app.planq.get().__dict__  # no runner was built for any of it
+    finally:
+        reset_runtime(app)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planq.domain.ids import new_id
-from planq.domain.payload import PAYLOAD_KEYS, deserialize_job_payload, serialize_job_payload
+from planq.domain.jobs import PAYLOAD_KEYS, deserialize_job_payload, serialize_job_payload
 
 
 def test_round_trip_without_extra() -> None:
