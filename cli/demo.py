@@ -309,7 +309,7 @@ def run_demo() -> int:
         beat = EmbeddedBeat(app, tmp / "celerybeat-schedule")
         beat.start()
         console.print(
-            f"worker {embedded.worker_id} (threads x{runtime.config.worker.max_workers})"
+            f"worker {embedded.worker_id} (threads x{embedded.concurrency})"
             " and beat running in this process"
         )
 

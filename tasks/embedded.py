@@ -66,6 +66,11 @@ class EmbeddedWorker:
         """The ledger worker id this embedded node's jobs are claimed under."""
         return self.runtime.worker.worker_id
 
+    @property
+    def concurrency(self) -> int:
+        """How many jobs it runs at once (its thread pool: PLANQ_MAX_WORKERS)."""
+        return self.runtime.config.worker.max_workers
+
     def start(self, timeout: float = START_TIMEOUT) -> None:
         """Start consuming every planq queue, and relaying unsent rows (idempotent).
 
@@ -84,7 +89,7 @@ class EmbeddedWorker:
             app=app,
             hostname=self.hostname,
             pool="threads",
-            concurrency=self.runtime.config.worker.max_workers,
+            concurrency=self.concurrency,
             loglevel="WARNING",
             ready_callback=lambda _consumer: ready.set(),
             without_heartbeat=True,
