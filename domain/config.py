@@ -24,6 +24,11 @@ DEFAULT_MAX_DISPATCHES = 10
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 #: Seconds between stuck-job sweeps (beat's schedule; their allowed gap derives from it).
 DEFAULT_STUCK_CHECK_INTERVAL = 30.0
+#: Group commit's window in milliseconds (tasks/group_commit.py): claims and finishes
+#: arriving within it go to the ledger in one statement per kind; 0 = off.
+DEFAULT_GROUP_COMMIT_MS = 2.0
+#: Its bound: a job's claim or finish waits at most this long for its batch.
+MAX_GROUP_COMMIT_MS = 50.0
 #: A derived heartbeat interval leaves this many beats inside one job_timeout.
 HEARTBEATS_PER_TIMEOUT = 3
 
@@ -60,6 +65,20 @@ def _bounded(name: str, value: object, upper: float, *, integer: bool = False) -
         )
 
 
+def check_group_commit_ms(value: object) -> float:
+    """A group commit window: a finite number of milliseconds from 0 (off) to the bound."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"group_commit_ms must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigurationError(f"group_commit_ms must be a finite number, got {value!r}")
+    if not 0 <= value <= MAX_GROUP_COMMIT_MS:
+        raise ConfigurationError(
+            f"group_commit_ms must be from 0 (off) to {plain(MAX_GROUP_COMMIT_MS)}, "
+            f"got {shown(value)}"
+        )
+    return float(value)
+
+
 def derive_heartbeat_interval(job_timeout: float) -> float:
     """The heartbeat interval for a job_timeout: the default, or a third of a short timeout."""
     return min(DEFAULT_HEARTBEAT_INTERVAL, job_timeout / HEARTBEATS_PER_TIMEOUT)
@@ -89,6 +108,8 @@ class AsyncWorkerConfig:
     max_attempts: int
     dispatch_grace: float
     max_dispatches: int
+    #: Group commit's window, ms (0: off); for pools that hold many jobs per process.
+    group_commit_ms: float
 
     def __init__(
         self,
@@ -101,6 +122,7 @@ class AsyncWorkerConfig:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         dispatch_grace: float = DEFAULT_DISPATCH_GRACE,
         max_dispatches: int = DEFAULT_MAX_DISPATCHES,
+        group_commit_ms: float = DEFAULT_GROUP_COMMIT_MS,
     ) -> None:
         if not isinstance(enabled, bool):
             raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
@@ -130,6 +152,7 @@ class AsyncWorkerConfig:
             "max_attempts": max_attempts,
             "dispatch_grace": dispatch_grace,
             "max_dispatches": max_dispatches,
+            "group_commit_ms": check_group_commit_ms(group_commit_ms),
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)

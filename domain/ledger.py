@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
+from typing import TypeVar
 
 from planq.domain.availability import JOB_SWEEP, allowed_gap
+from planq.domain.batches import Outcome
 from planq.domain.bounds import MAX_DURATION_SECONDS, check_number
 from planq.domain.clock import utcnow
 from planq.domain.config import DEFAULT_STUCK_CHECK_INTERVAL
@@ -15,6 +18,7 @@ from planq.domain.errors import (
     ConcurrentUpdateError,
     DuplicateJobError,
     InvalidPlanTransitionError,
+    LedgerUnavailableError,
     NothingToCancelError,
     PlanNotFoundError,
     PlanqError,
@@ -28,6 +32,7 @@ from planq.domain.ports import (
     CancelOutcome,
     Claimed,
     Enqueue,
+    Finish,
     GateObserver,
     JobStore,
     LedgerParts,
@@ -39,6 +44,7 @@ from planq.domain.transitions import PLAN_STATUS_FOR_JOB
 from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
 
 logger = logging.getLogger("planq.ledger")
+_T = TypeVar("_T")
 STUCK_ERROR = "heartbeat expired"
 NEVER_PICKED_UP_ERROR = "never picked up after {n} dispatches"
 _PLAN_RETRIES = 5
@@ -94,6 +100,13 @@ def _last_end(plan: Plan, jobs: list[AsyncJob]) -> str:
         f"pipeline {state}; its last job, {last.phase.value} {last.job_id}, "
         f"ended {last.status.value} at {at}"
     )
+
+
+def _own_copy(exc: LedgerUnavailableError) -> LedgerUnavailableError:
+    """One job's own copy of an outage error (each waiting thread raises its own)."""
+    copy = LedgerUnavailableError(str(exc))
+    copy.__cause__ = exc.__cause__
+    return copy
 
 
 class JobLedger:
@@ -295,6 +308,90 @@ class JobLedger:
             f"finish {job.job_id}",
             monitor=self.outages,
         )
+
+    # -- group commit: many jobs' claims or finishes in one write -------------------------
+    def claim_many(self, job_ids: Sequence[str], worker_id: str) -> list[Outcome[Claimed | None]]:
+        """Claim many jobs for worker_id at once; per id, in order, what `claim` answers alone.
+
+        One statement on PostgreSQL, ridden out through an outage as the single claim is
+        (when the budget is spent, each job gets its own LedgerUnavailableError). If the
+        batch fails any other way (a row the ledger rejects, a bug), each job is claimed
+        again alone, so one bad row fails only its own job.
+        """
+        ids = list(job_ids)
+        if not ids:
+            return []
+        follow = self.plans is not None
+        return self._batch(
+            lambda: [
+                Outcome(c)
+                for c in self.jobs.claim_many(ids, worker_id, utcnow(), follow_plan=follow)
+            ],
+            [partial(self.claim, job_id, worker_id) for job_id in ids],
+            f"claim of {len(ids)} jobs",
+        )
+
+    def finish_many(self, finishes: Sequence[Finish]) -> list[Outcome[bool]]:
+        """End many running jobs at once; per item, in order, what `finish` answers alone.
+
+        Each row is fenced on its own worker_id, its error and traceback redacted and
+        bounded as the single finish does. Not for a pipeline's plan (its finish queues the
+        next phase: `finish(pipeline=True)`, one job at a time). Failures as `claim_many`:
+        an outage is ridden out for the batch; anything else retries each job alone.
+        """
+        items = [
+            f._replace(
+                error=self.redact_error(f.error), traceback=self.redact_traceback(f.traceback)
+            )
+            for f in finishes
+        ]
+        if not items:
+            return []
+        follow = self.plans is not None
+
+        def batch() -> list[Outcome[bool]]:
+            won = self.jobs.finish_many(items, utcnow(), follow_plan=follow)
+            return [Outcome(f.job_id in won) for f in items]
+
+        def alone(f: Finish) -> bool:
+            return ride_out_outage(
+                lambda: self.jobs.finish(
+                    f.job_id,
+                    f.status,
+                    utcnow(),
+                    f.error,
+                    worker_id=f.worker_id,
+                    follow_plan=follow,
+                    traceback=f.traceback,
+                ),
+                f"finish {f.job_id}",
+                monitor=self.outages,
+            )
+
+        return self._batch(
+            batch, [partial(alone, f) for f in items], f"finish of {len(items)} jobs"
+        )
+
+    def _batch(
+        self,
+        batch: Callable[[], list[Outcome[_T]]],
+        singles: list[Callable[[], _T]],
+        what: str,
+    ) -> list[Outcome[_T]]:
+        """Run batch (outages ridden out); on any other failure, each single on its own."""
+        try:
+            return ride_out_outage(batch, what, monitor=self.outages)
+        except LedgerUnavailableError as exc:  # the budget is spent: every job learns it
+            return [Outcome.failed(_own_copy(exc)) for _ in singles]
+        except Exception as exc:  # one row's fault must not fail the others: one by one
+            logger.warning("%s failed (%s); writing each job alone", what, exc)
+        outcomes: list[Outcome[_T]] = []
+        for single in singles:
+            try:
+                outcomes.append(Outcome(single()))
+            except Exception as exc:
+                outcomes.append(Outcome.failed(exc))
+        return outcomes
 
     def cancel(
         self, job_id: str, actor: str | None = None, note: str | None = None

@@ -53,6 +53,20 @@ class Claimed(NamedTuple):
     plan: Plan | None
 
 
+class Finish(NamedTuple):
+    """One job's finish in a batch (`JobStore.finish_many`): what `finish` takes for one job.
+
+    worker_id None: unfenced, as `finish(worker_id=None)`. error and traceback are kept
+    only when the status is failed.
+    """
+
+    job_id: str
+    status: AsyncJobStatus
+    error: str | None = None
+    traceback: str | None = None
+    worker_id: str | None = None
+
+
 class Ledger(Protocol):
     """The transaction scope a store writes in (a database, or a memory ledger's lock).
 
@@ -159,6 +173,24 @@ class JobStore(Protocol):
         """CAS running (under worker_id, if given) -> terminal, the plan with it; who won.
 
         A failed job keeps error and traceback, written by the same statement.
+        """
+
+    def claim_many(
+        self, job_ids: Sequence[str], worker_id: str, now: datetime, *, follow_plan: bool = False
+    ) -> list[Claimed | None]:
+        """Many claims at once (group commit): per id, in order, what `claim` returns alone.
+
+        Each row is its own compare-and-set (the single claim's WHERE); one statement on
+        PostgreSQL, one transaction on SQLite. An id may appear once.
+        """
+
+    def finish_many(
+        self, finishes: Sequence[Finish], now: datetime, *, follow_plan: bool = False
+    ) -> set[str]:
+        """Many finishes at once (group commit); the ids that won, as `finish` each alone.
+
+        Each row is fenced on its own worker_id (only a row still running under it moves);
+        one statement on PostgreSQL, one transaction on SQLite. A job id may appear once.
         """
 
     def cancel_queued(self, job_id: str, now: datetime) -> bool:

@@ -19,7 +19,7 @@ from planq.domain.availability import Availability, check_sweep
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import Plan
-from planq.domain.ports import CancelOutcome, Claimed, Ledger
+from planq.domain.ports import CancelOutcome, Claimed, Finish, Ledger
 from planq.domain.webhooks import MAX_ERROR_LENGTH, Delivery
 from planq.store.validation import (
     check_at_most,
@@ -30,6 +30,7 @@ from planq.store.validation import (
     check_error_message,
     check_error_traceback,
     check_event,
+    check_finishes,
     check_flag,
     check_fresh_jobs,
     check_id,
@@ -185,6 +186,31 @@ class CheckedJobStore(ABC):
             traceback=traceback,
         )
 
+    def claim_many(
+        self, job_ids: Sequence[str], worker_id: str, now: datetime, *, follow_plan: bool = False
+    ) -> list[Claimed | None]:
+        """Many claims at once: per id, in order, what `claim` returns alone."""
+        ids = [job_id.upper() for job_id in check_ids("job_ids", job_ids)]
+        check_worker_id(worker_id)
+        now = check_moment("now", now)
+        check_flag("follow_plan", follow_plan)
+        if len(set(ids)) != len(ids):
+            raise ValueError("job_ids: an id appears twice in the batch")
+        return self._claim_many(ids, worker_id, now, follow_plan=follow_plan) if ids else []
+
+    def finish_many(
+        self, finishes: Sequence[Finish], now: datetime, *, follow_plan: bool = False
+    ) -> set[str]:
+        """Many finishes at once, each fenced on its own worker_id; the ids that won."""
+        items = check_finishes(finishes)
+        now = check_moment("now", now)
+        check_flag("follow_plan", follow_plan)
+        cleared = [  # as finish: an error is kept only on a failed row
+            f if f.status is AsyncJobStatus.failed else f._replace(error=None, traceback=None)
+            for f in items
+        ]
+        return self._finish_many(cleared, now, follow_plan=follow_plan) if cleared else set()
+
     def cancel_queued(self, job_id: str, now: datetime) -> bool:
         """Cancel a job only if it is still queued; whether this call ended it."""
         check_job_id(job_id)
@@ -331,6 +357,16 @@ class CheckedJobStore(ABC):
         follow_plan: bool,
         traceback: str | None,
     ) -> bool: ...
+
+    @abstractmethod
+    def _claim_many(
+        self, job_ids: list[str], worker_id: str, now: datetime, *, follow_plan: bool
+    ) -> list[Claimed | None]: ...
+
+    @abstractmethod
+    def _finish_many(
+        self, finishes: list[Finish], now: datetime, *, follow_plan: bool
+    ) -> set[str]: ...
 
     @abstractmethod
     def _cancel_queued(self, job_id: str, now: datetime) -> bool: ...

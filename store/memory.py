@@ -13,7 +13,7 @@ from planq.domain.errors import ConcurrentUpdateError, DuplicateJobError, PlanNo
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import GateSummary, PlanEvent
 from planq.domain.plans import PipelineState, Plan
-from planq.domain.ports import CancelOutcome, Claimed, Ledger
+from planq.domain.ports import CancelOutcome, Claimed, Finish, Ledger
 from planq.domain.transitions import (
     CANCEL_QUEUED,
     CLAIM,
@@ -241,6 +241,32 @@ class InMemoryJobStore(CheckedJobStore):
             if follow_plan:
                 self._follow(row, move, now)
             return True
+
+    def _claim_many(
+        self, job_ids: list[str], worker_id: str, now: datetime, *, follow_plan: bool
+    ) -> list[Claimed | None]:
+        """Each id's claim, in order, all under the lock (one atomic unit, like a statement)."""
+        with self._shared.lock:
+            return [
+                self._claim(job_id, worker_id, now, follow_plan=follow_plan) for job_id in job_ids
+            ]
+
+    def _finish_many(self, finishes: list[Finish], now: datetime, *, follow_plan: bool) -> set[str]:
+        """Each finish, fenced on its own worker_id, all under the lock; the ids that won."""
+        with self._shared.lock:
+            return {
+                f.job_id
+                for f in finishes
+                if self._finish(
+                    f.job_id,
+                    f.status,
+                    now,
+                    f.error,
+                    worker_id=f.worker_id,
+                    follow_plan=follow_plan,
+                    traceback=f.traceback,
+                )
+            }
 
     def _cancel_queued(self, job_id: str, now: datetime) -> bool:
         """Cancel a queued job only; whether this call ended it."""

@@ -15,7 +15,7 @@ from planq.domain.availability import Availability
 from planq.domain.errors import DuplicateJobError
 from planq.domain.jobs import TERMINAL_STATUSES, AsyncJob, AsyncJobStatus, UnreadableJob
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import CancelOutcome, Claimed, iter_batches
+from planq.domain.ports import CancelOutcome, Claimed, Finish, iter_batches
 from planq.domain.transitions import (
     CANCEL_QUEUED,
     EXPIRE,
@@ -32,6 +32,12 @@ from planq.store.keyset import past_cursor
 from planq.store.models import TERMINAL, AsyncJobModel
 from planq.store.models import PlanModel as P
 from planq.store.partitions import JOBS, PartitionMap, drop_expired_partitions
+from planq.store.sql_batch import (
+    pg_claim_many,
+    pg_finish_many,
+    sqlite_claim_many,
+    sqlite_finish_many,
+)
 from planq.store.sql_hot_path import (
     PLAN_OUT,
     pg_claim,
@@ -278,6 +284,20 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
                     conn, job_id, status, now, error, traceback, worker_id, follow_plan, jobs=jobs
                 ),
             )
+
+    def _claim_many(
+        self, job_ids: list[str], worker_id: str, now: datetime, *, follow_plan: bool
+    ) -> list[Claimed | None]:
+        """CLAIM MANY: each id's claim, one statement (PostgreSQL) or one transaction."""
+        with self.db.connection("claim") as conn:
+            run = pg_claim_many if self._pg else sqlite_claim_many
+            return run(conn, job_ids, worker_id, now, follow_plan)
+
+    def _finish_many(self, finishes: list[Finish], now: datetime, *, follow_plan: bool) -> set[str]:
+        """FINISH MANY: each row fenced on its own worker_id; one statement or transaction."""
+        with self.db.connection("finish") as conn:
+            run = pg_finish_many if self._pg else sqlite_finish_many
+            return run(conn, finishes, now, follow_plan)
 
     def _at_home(self, conn: Connection, job_id: str, run: Callable[[str], _T]) -> _T:
         """Run a one-job statement on the job's partition; on the parent if that finds nothing.

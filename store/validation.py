@@ -39,6 +39,7 @@ from planq.domain.jobs import (
 )
 from planq.domain.pipeline import MAX_ACTOR_LENGTH, MAX_NOTE_LENGTH, PlanEvent
 from planq.domain.plans import Plan
+from planq.domain.ports import Finish
 from planq.domain.webhooks import Delivery
 
 _T = TypeVar("_T")
@@ -49,6 +50,7 @@ __all__ = [
     "check_checkpoint_json",
     "check_error_message",
     "check_error_traceback",
+    "check_finishes",
     "check_flag",
     "check_fresh_jobs",
     "check_id",
@@ -150,6 +152,27 @@ def check_ids(field: str, ids: Iterable[object]) -> list[str]:
     if len(items) > MAX_BATCH:
         raise BoundsError(field, f"must hold at most {MAX_BATCH} ids", str(len(items)))
     return [check_id(field, item) for item in items]
+
+
+def check_finishes(finishes: object) -> list[Finish]:
+    """A batch of finishes (0 to MAX_BATCH, each a Finish of valid fields, no job twice)."""
+    if isinstance(finishes, str | bytes) or not isinstance(finishes, Sequence):
+        raise WrongTypeError("finishes", "must be a list of Finish", describe(finishes))
+    if len(finishes) > MAX_BATCH:
+        raise BoundsError("finishes", f"at most {MAX_BATCH} per call", str(len(finishes)))
+    checked: list[Finish] = []
+    for item in finishes:
+        if not isinstance(item, Finish):
+            raise WrongTypeError("finishes", "must be a list of Finish", describe(item))
+        check_job_id(item.job_id)
+        check_terminal_status(item.status)
+        check_error_message(item.error)
+        check_error_traceback(item.traceback)
+        check_worker_id(item.worker_id, optional=True)
+        checked.append(item)
+    if len({f.job_id for f in checked}) != len(checked):
+        raise ValueError("finishes: a job id appears twice in the batch")
+    return checked
 
 
 def check_list_limit(limit: object) -> int | None:

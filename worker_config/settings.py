@@ -81,6 +81,12 @@ class PlanqSettings(BaseSettings):
     max_attempts: int = Field(config.DEFAULT_MAX_ATTEMPTS, ge=1, le=config.MAX_ATTEMPTS)
     dispatch_grace: float = _seconds(config.DEFAULT_DISPATCH_GRACE)
     max_dispatches: int = Field(config.DEFAULT_MAX_DISPATCHES, ge=1, le=config.MAX_DISPATCHES)
+    #: Group commit, in milliseconds: in a process that holds many jobs at once (threads or
+    #: gevent pool), claims and finishes arriving within this window go to the ledger in one
+    #: statement per kind (docs/group_commit.md); 0 = off (one statement per job, as prefork).
+    group_commit_ms: float = Field(
+        config.DEFAULT_GROUP_COMMIT_MS, ge=0, le=config.MAX_GROUP_COMMIT_MS, allow_inf_nan=False
+    )
     visibility_timeout: float = _seconds(12 * 3600.0)
     stuck_check_interval: float = _seconds(config.DEFAULT_STUCK_CHECK_INTERVAL)
     cleanup_interval: float = _seconds(3600.0)
@@ -243,6 +249,7 @@ class PlanqSettings(BaseSettings):
             max_attempts=self.max_attempts,
             dispatch_grace=self.dispatch_grace,
             max_dispatches=self.max_dispatches,
+            group_commit_ms=self.group_commit_ms,
         )
 
 
@@ -339,6 +346,8 @@ def _rule(field: str, error: ErrorDetails) -> str:
     if info.annotation is int:
         low, high = bounds[Ge].ge, bounds[Le].le
         return f"must be a whole number from {plain(low)} to {plain(high)}"
+    if field == "group_commit_ms":
+        return f"must be a finite number of milliseconds from 0 (off) to {plain(bounds[Le].le)}"
     if info.annotation in (float, float | None):
         low_text = (
             f"above {plain(bounds[Gt].gt)}" if Gt in bounds else f"at least {plain(bounds[Ge].ge)}"

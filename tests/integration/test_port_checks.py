@@ -25,7 +25,7 @@ from planq.domain.ids import new_id
 from planq.domain.jobs import AsyncJob, AsyncJobStatus
 from planq.domain.pipeline import EventKind, PlanEvent
 from planq.domain.plans import Plan, PlanPhase
-from planq.domain.ports import JobStore, PlanStore
+from planq.domain.ports import Finish, JobStore, PlanStore
 from planq.domain.runs.ports import Fresh, RunStore, RunStoreProvider
 from planq.domain.webhooks import Delivery
 from planq.store import (
@@ -87,6 +87,7 @@ def _valid() -> dict[Any, Callable[[], object]]:
         "error": lambda: "boom",
         "traceback": lambda: "Traceback (most recent call last):\nValueError: boom\n",
         "follow_plan": lambda: False,
+        "finishes": lambda: [Finish(new_id(), AsyncJobStatus.failed, "boom", None, "worker-a")],
         "progress": lambda: 0.5,
         "checkpoint_json": lambda: "{}",
         "sweep": lambda: "jobs",

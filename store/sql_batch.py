@@ -1,0 +1,166 @@
+"""The group commit's statements: many claims, or many finishes, in one.
+
+A process that holds many jobs at once (a threads or gevent pool, the AsyncWorker's
+threads) hands its claims and finishes to one writer (`tasks/group_commit.py`), which
+sends each kind in one statement. Every row in it is still its own compare-and-set: the
+batch claim's WHERE is the single claim's (`store/sql_hot_path.py`), applied to each id;
+the batch finish fences each row on its own worker_id. So a batch answers, per job, what
+the single statement would have answered alone.
+
+PostgreSQL: ONE statement per batch (a data-modifying CTE, as the singles), on the parent
+table: the ids of a batch may lie in two partitions, and the planning the parent costs is
+shared by the whole batch. SQLite: one BEGIN IMMEDIATE (one commit, the costly part) around
+the singles' own statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+
+from sqlalchemy import Connection, TextClause, text
+
+from planq.domain.jobs import TERMINAL_STATUSES, AsyncJobStatus
+from planq.domain.ports import Claimed, Finish
+from planq.domain.transitions import CLAIM, finish_move
+from planq.store.driver import fetch_all
+from planq.store.partitions import JOBS
+from planq.store.sql_hot_path import (
+    JOB_COLUMNS,
+    JOB_FIELDS,
+    PLAN_OUT,
+    job_from_tuple,
+    plan_from_tuple,
+    sqlite_claim,
+    sqlite_finish,
+)
+
+_ENDS = sorted(TERMINAL_STATUSES, key=lambda s: s.value)
+
+
+def _states(statuses: frozenset[AsyncJobStatus] | frozenset[object]) -> str:
+    return ", ".join(
+        f"'{value}'" for value in sorted(str(getattr(s, "value", s)) for s in statuses)
+    )
+
+
+@cache
+def _pg_claim_many() -> TextClause:
+    """CLAIM MANY: the single claim's compare-and-set on every id of the batch."""
+    return text(f"""
+WITH job AS (
+    UPDATE {JOBS.parent}
+       SET status = '{CLAIM.to.value}', worker_id = :worker_id, started_at = :now,
+           last_heartbeat = :now
+     WHERE job_id = ANY(CAST(:job_ids AS varchar[])) AND status IN ({_states(CLAIM.sources)})
+       AND cancel_requested_at IS NULL
+ RETURNING {JOB_COLUMNS}
+), plan AS (
+    UPDATE plans AS p
+       SET status = '{CLAIM.plan_to.value}', version = p.version + 1, updated_at = :now
+      FROM job
+     WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase
+       AND p.status IN ({_states(CLAIM.plan_sources)})
+ RETURNING p.*
+)
+SELECT job.*, {PLAN_OUT} FROM job
+  LEFT JOIN plan ON plan.plan_id = job.plan_id AND plan.phase = job.phase
+""")
+
+
+@cache
+def _pg_finish_many() -> TextClause:
+    """FINISH MANY: each row running (under its own worker_id, if given) -> its status."""
+    job_moves = " OR ".join(
+        f"(input.status = '{s.value}' AND j.status IN ({_states(finish_move(s).sources)}))"
+        for s in _ENDS
+    )
+    plan_to = " ".join(f"WHEN '{s.value}' THEN '{finish_move(s).plan_to.value}'" for s in _ENDS)
+    plan_moves = " OR ".join(
+        f"(job.status = '{s.value}' AND p.status IN ({_states(finish_move(s).plan_sources)}))"
+        for s in _ENDS
+    )
+    return text(f"""
+WITH input AS (
+    SELECT * FROM unnest(
+        CAST(:job_ids AS varchar[]), CAST(:statuses AS varchar[]), CAST(:errors AS text[]),
+        CAST(:tracebacks AS text[]), CAST(:worker_ids AS varchar[])
+    ) AS t(job_id, status, error, traceback, worker_id)
+), job AS (
+    UPDATE {JOBS.parent} AS j
+       SET status = input.status, finished_at = :now, error_message = input.error,
+           error_traceback = input.traceback
+      FROM input
+     WHERE j.job_id = input.job_id AND ({job_moves})
+       AND (input.worker_id IS NULL OR j.worker_id = input.worker_id)
+ RETURNING j.job_id, j.plan_id, j.phase, j.status
+), plan AS (
+    UPDATE plans AS p
+       SET status = CASE job.status {plan_to} END, version = p.version + 1, updated_at = :now
+      FROM job
+     WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase AND ({plan_moves})
+ RETURNING p.plan_id
+)
+SELECT job_id FROM job
+""")
+
+
+def pg_claim_many(
+    conn: Connection, job_ids: Sequence[str], worker_id: str, now: datetime, follow: bool
+) -> list[Claimed | None]:
+    """CLAIM MANY (one statement): per id, in order, the claimed job and plan, or None.
+
+    Two jobs of one plan and phase in a batch (which the single path would claim one
+    after the other) both see the plan as the statement left it.
+    """
+    rows = fetch_all(
+        conn,
+        _pg_claim_many(),
+        {"job_ids": list(job_ids), "worker_id": worker_id, "now": now, "follow": follow},
+    )
+    split = len(JOB_FIELDS)
+    won: dict[str, Claimed] = {}
+    for row in rows:
+        job = job_from_tuple(row[:split])
+        plan = None if row[split] is None else plan_from_tuple(row[split:])
+        won[job.job_id] = Claimed(job, plan)
+    return [won.get(job_id) for job_id in job_ids]
+
+
+def pg_finish_many(
+    conn: Connection, finishes: Sequence[Finish], now: datetime, follow: bool
+) -> set[str]:
+    """FINISH MANY (one statement): the ids whose row moved."""
+    rows = fetch_all(
+        conn,
+        _pg_finish_many(),
+        {
+            "job_ids": [f.job_id for f in finishes],
+            "statuses": [f.status.value for f in finishes],
+            "errors": [f.error for f in finishes],
+            "tracebacks": [f.traceback for f in finishes],
+            "worker_ids": [f.worker_id for f in finishes],
+            "now": now,
+            "follow": follow,
+        },
+    )
+    return {job_id for (job_id,) in rows}
+
+
+def sqlite_claim_many(
+    conn: Connection, job_ids: Sequence[str], worker_id: str, now: datetime, follow: bool
+) -> list[Claimed | None]:
+    """CLAIM MANY on SQLite: each single claim, in the caller's one transaction."""
+    return [sqlite_claim(conn, job_id, worker_id, now, follow) for job_id in job_ids]
+
+
+def sqlite_finish_many(
+    conn: Connection, finishes: Sequence[Finish], now: datetime, follow: bool
+) -> set[str]:
+    """FINISH MANY on SQLite: each single finish, in the caller's one transaction."""
+    return {
+        f.job_id
+        for f in finishes
+        if sqlite_finish(conn, f.job_id, f.status, now, f.error, f.traceback, f.worker_id, follow)
+    }

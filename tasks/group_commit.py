@@ -1,0 +1,284 @@
+"""Group commit: one writer per process sends many jobs' claims (or finishes) in one write.
+
+A process that holds many jobs at once (`-P threads -c 16`, gevent, the AsyncWorker's
+threads) pays a round trip and a commit per claim and per finish. Here a job's thread
+hands its claim or finish to the process's one `GroupCommitter` and blocks; the writer
+waits at most `window_ms` after the first call of a batch (PLANQ_GROUP_COMMIT_MS), then
+sends every claim of the batch in one statement and every finish in one more
+(`JobLedger.claim_many` / `finish_many`), and wakes each job with its own outcome: won,
+lost, or its own exception, exactly as the single statement would have told it.
+
+No job body starts before its claim committed, and no finish returns before it committed:
+the caller blocks until the ledger answered for its row. A pipeline's finish (which
+queues the next phase in the same transaction) is not batched: it takes the single path.
+window_ms 0 turns it off: every call is the single statement, on the caller's thread.
+Prefork children hold one job each and keep the single path (docs/group_commit.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from planq.domain.batches import Outcome
+from planq.domain.config import DEFAULT_GROUP_COMMIT_MS, check_group_commit_ms
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger
+from planq.domain.ports import Claimed, Finish
+
+logger = logging.getLogger("planq.group_commit")
+
+#: The most jobs of one kind in one statement: a full batch is sent without waiting out
+#: the window (a process holds at most MAX_WORKERS jobs; this bounds the arrays).
+DEFAULT_MAX_BATCH = 256
+#: How often a waiting job looks whether the writer is still alive (it always should be).
+_LIVENESS = 1.0
+
+
+@dataclass(eq=False)
+class _Call:
+    """One job's claim or finish, waiting for the writer."""
+
+    kind: str  #: "claim" or "finish"
+    job_id: str
+    worker_id: str | None
+    finish: Finish | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: Outcome[Any] | None = None
+
+    def answer(self, outcome: Outcome[Any]) -> None:
+        self.outcome = outcome
+        self.done.set()
+
+
+@dataclass
+class GroupCommitStats:
+    """What the writer sent: ledger writes and the jobs in them, per kind."""
+
+    claim_batches: int = 0
+    claimed_jobs: int = 0
+    finish_batches: int = 0
+    finished_jobs: int = 0
+    largest: int = 0  #: the most jobs in one write
+
+
+class GroupCommitter:
+    """The process's one writer of job claims and finishes (thread-safe; see the module).
+
+    `claim(job_id, worker_id)` and `finish(job, status, error, worker_id, traceback=,
+    pipeline=)` take the arguments of `JobLedger.claim` / `finish` and answer as they do.
+    The writer thread starts with the first call; `close()` sends what is pending and
+    stops it (calls after close take the single path). A forked child starts afresh.
+    """
+
+    def __init__(
+        self,
+        ledger: JobLedger,
+        window_ms: float = DEFAULT_GROUP_COMMIT_MS,
+        *,
+        max_batch: int = DEFAULT_MAX_BATCH,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.ledger = ledger
+        self.window = check_group_commit_ms(window_ms) / 1000.0
+        self.max_batch = max_batch
+        self.stats = GroupCommitStats()
+        self._clock = clock
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._pending: list[_Call] = []
+        self._first_at = 0.0
+        self._closing = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether calls are grouped (window above 0 and not closed)."""
+        return self.window > 0 and not self._closed
+
+    @property
+    def pending(self) -> int:
+        """Calls waiting for the writer now."""
+        with self._cond:
+            return len(self._pending)
+
+    # -- what a job's thread calls ---------------------------------------------------
+    def claim(self, job_id: str, worker_id: str) -> Claimed | None:
+        """`JobLedger.claim`, grouped: the job and its plan once committed, or None (lost)."""
+        if not self.enabled:
+            return self.ledger.claim(job_id, worker_id)
+        result: Claimed | None = self._submit(
+            _Call("claim", job_id.upper(), worker_id),
+            lambda: self.ledger.claim(job_id, worker_id),
+        )
+        return result
+
+    def finish(
+        self,
+        job: AsyncJob,
+        status: AsyncJobStatus,
+        error: str | None = None,
+        worker_id: str | None = None,
+        *,
+        traceback: str | None = None,
+        pipeline: bool = False,
+    ) -> bool:
+        """`JobLedger.finish`, grouped (a pipeline's alone): whether this worker's write won."""
+
+        def alone() -> bool:
+            return self.ledger.finish(
+                job, status, error, worker_id, traceback=traceback, pipeline=pipeline
+            )
+
+        if pipeline or not self.enabled:
+            return alone()
+        item = Finish(job.job_id, status, error, traceback, worker_id)
+        won: bool = self._submit(_Call("finish", job.job_id, worker_id, item), alone)
+        return won
+
+    def close(self) -> None:
+        """Send what is pending, stop the writer and wait for it; later calls go alone."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._cond:
+            self._closed = True
+
+    def __enter__(self) -> GroupCommitter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _submit(self, call: _Call, alone: Callable[[], Any]) -> Any:
+        """Queue call for the writer and wait for its own outcome (raised if an error)."""
+        if os.getpid() != self._pid:  # a forked child: the parent's writer is not here
+            self._reset()
+        with self._cond:
+            if self._closing:
+                return alone()
+            self._pending.append(call)
+            if len(self._pending) == 1:
+                self._first_at = self._clock()
+            self._start()
+            self._cond.notify_all()
+        while not call.done.wait(_LIVENESS):
+            if not self._writer_alive() and self._withdraw(call):
+                logger.error("group commit: the writer is gone; job %s writes alone", call.job_id)
+                return alone()
+        assert call.outcome is not None
+        return call.outcome.get()
+
+    def _start(self) -> None:
+        """Start the writer if it is not running (the caller holds the condition)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=self._run, name="planq-group-commit", daemon=True
+            )
+            self._thread.start()
+
+    def _writer_alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def _withdraw(self, call: _Call) -> bool:
+        """Take call back from the queue; False if the writer already took it."""
+        with self._cond:
+            if call in self._pending:
+                self._pending.remove(call)
+                return True
+            return False
+
+    # -- the writer --------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._flush(batch)
+
+    def _next_batch(self) -> list[_Call] | None:
+        """Wait for a batch: the window after its first call, or a full batch, or close."""
+        with self._cond:
+            while not self._pending and not self._closing:
+                self._cond.wait()
+            if not self._pending:
+                return None  # closing, nothing left
+            while not self._closing and len(self._pending) < self.max_batch:
+                left = self._first_at + self.window - self._clock()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            batch: list[_Call] = []
+            later: list[_Call] = []
+            seen: set[tuple[str, str]] = set()
+            for call in self._pending:
+                key = (call.kind, call.job_id)
+                if key in seen or len(batch) >= 2 * self.max_batch:
+                    later.append(call)  # the same job twice (a duplicate delivery): next write
+                else:
+                    seen.add(key)
+                    batch.append(call)
+            self._pending = later
+            if later:
+                self._first_at = self._clock()
+            return batch
+
+    def _flush(self, batch: list[_Call]) -> None:
+        """Send the batch's claims (one write per worker id) and finishes; answer each call."""
+        claims: dict[str | None, list[_Call]] = {}
+        finishes: list[_Call] = []
+        for call in batch:
+            if call.kind == "claim":
+                claims.setdefault(call.worker_id, []).append(call)
+            else:
+                finishes.append(call)
+        for worker_id, calls in claims.items():
+            assert worker_id is not None
+            for chunk in _chunks(calls, self.max_batch):
+                ids = [c.job_id for c in chunk]
+                self._send(chunk, partial(self.ledger.claim_many, ids, worker_id), "claim")
+        for chunk in _chunks(finishes, self.max_batch):
+            items = [c.finish for c in chunk if c.finish is not None]
+            self._send(chunk, partial(self.ledger.finish_many, items), "finish")
+
+    def _send(self, calls: list[_Call], write: Callable[[], list[Outcome[Any]]], kind: str) -> None:
+        try:
+            outcomes = write()
+            if len(outcomes) != len(calls):
+                raise RuntimeError(f"{kind} batch answered {len(outcomes)} of {len(calls)} jobs")
+        except BaseException as exc:  # never leave a job waiting: each learns the failure
+            logger.exception("group commit: a %s batch of %d jobs failed", kind, len(calls))
+            for call in calls:
+                call.answer(Outcome.failed(exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        if kind == "claim":
+            self.stats.claim_batches += 1
+            self.stats.claimed_jobs += len(calls)
+        else:
+            self.stats.finish_batches += 1
+            self.stats.finished_jobs += len(calls)
+        self.stats.largest = max(self.stats.largest, len(calls))
+        for call, outcome in zip(calls, outcomes, strict=True):
+            call.answer(outcome)
+
+
+def _chunks(calls: list[_Call], size: int) -> list[list[_Call]]:
+    return [calls[i : i + size] for i in range(0, len(calls), size)]

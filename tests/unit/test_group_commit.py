@@ -1,0 +1,330 @@
+"""GroupCommitter on the memory ledger: batching, per-job outcomes, per-job failures, close.
+
+The window is held open by a clock that never moves, so a batch is sent exactly when it
+is full (max_batch) or at close(): which calls share a write is decided by the test, not
+by the scheduler. Every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from planq.domain.clock import utcnow
+from planq.domain.errors import ConfigurationError, LedgerRejectedError, LedgerUnavailableError
+from planq.domain.ids import new_id
+from planq.domain.jobs import AsyncJob, AsyncJobStatus
+from planq.domain.ledger import JobLedger
+from planq.domain.plans import Plan, PlanPhase
+from planq.domain.ports import Claimed, Finish
+from planq.store import InMemoryJobStore, in_memory_ledger
+from planq.store.memory import InMemoryPlanStore
+from planq.tasks.group_commit import GroupCommitter
+from tests.support import wait_for
+
+A, B = "node-a/1", "node-b/2"
+FROZEN: Callable[[], float] = lambda: 0.0  # noqa: E731  # a window that never ends by itself
+
+
+class CountingStore(InMemoryJobStore):
+    """Counts its batch and single writes; can be told to fail them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {"claim": 0, "claim_many": 0, "finish": 0, "finish_many": 0}
+        self.reject_batches = False
+        self.outages = 0  #: the next batches that meet an outage
+        self.poison: set[str] = set()  #: job ids whose single finish the ledger rejects
+        self.gate: threading.Event | None = None  #: batches wait for it
+        self.entered = threading.Event()
+        self.inside = False  #: in a batch: the memory batch runs the singles, not counted
+
+    def _claim(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls["claim"] += 0 if self.inside else 1
+        return super()._claim(*args, **kwargs)
+
+    def _finish(self, job_id: str, *args: Any, **kwargs: Any) -> Any:
+        self.calls["finish"] += 0 if self.inside else 1
+        if job_id in self.poison:
+            raise LedgerRejectedError("finish", "ck_test_poison")
+        return super()._finish(job_id, *args, **kwargs)
+
+    def _batch(self, kind: str) -> None:
+        self.calls[kind] += 1
+        self.entered.set()
+        if self.gate is not None:
+            assert self.gate.wait(30), "the test never opened the gate"
+        if self.outages > 0:
+            self.outages -= 1
+            raise LedgerUnavailableError("connection refused")
+        if self.reject_batches:
+            raise LedgerRejectedError(kind.replace("_many", ""), "ck_test_poison")
+
+    def _claim_many(self, *args: Any, **kwargs: Any) -> Any:
+        self._batch("claim_many")
+        self.inside = True
+        try:
+            return super()._claim_many(*args, **kwargs)
+        finally:
+            self.inside = False
+
+    def _finish_many(self, *args: Any, **kwargs: Any) -> Any:
+        self._batch("finish_many")
+        self.inside = True
+        try:
+            return super()._finish_many(*args, **kwargs)
+        finally:
+            self.inside = False
+
+
+def world() -> tuple[CountingStore, JobLedger]:
+    store = CountingStore()
+    plans = InMemoryPlanStore(store._shared)  # one ledger with the job store
+    return store, JobLedger(store, plans)
+
+
+def queue(ledger: JobLedger, n: int) -> list[AsyncJob]:
+    made = []
+    assert ledger.plans is not None
+    for _ in range(n):
+        plan = Plan(name="gc")
+        ledger.plans.add(plan)
+        job = AsyncJob(plan_id=plan.plan_id, phase=PlanPhase.strategize)
+        assert ledger.jobs.queue([job], utcnow()) is not None
+        made.append(job)
+    return made
+
+
+def in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run each call on its own thread, all at once; their results (or raised errors)."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:  # the test reads it
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive(), "a job's call never returned"
+    return results
+
+
+def test_sixteen_threads_claim_and_finish_in_one_write_each() -> None:
+    store, ledger = world()
+    jobs = queue(ledger, 16)
+    with GroupCommitter(ledger, 50, max_batch=16, clock=FROZEN) as gc:
+        claimed = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs])
+        assert all(isinstance(c, Claimed) and c.job.worker_id == A for c in claimed)
+        assert {c.job.job_id for c in claimed} == {j.job_id for j in jobs}
+        assert all(c.plan is not None and c.plan.plan_id == c.job.plan_id for c in claimed)
+        won = in_threads(
+            [lambda c=c: gc.finish(c.job, AsyncJobStatus.succeeded, None, A) for c in claimed]
+        )
+        assert won == [True] * 16
+    assert store.calls == {"claim": 0, "claim_many": 1, "finish": 0, "finish_many": 1}
+    assert (gc.stats.claim_batches, gc.stats.finish_batches, gc.stats.largest) == (1, 1, 16)
+    assert store.count(AsyncJobStatus.succeeded) == 16
+
+
+def test_window_zero_is_the_single_statement_on_the_callers_thread() -> None:
+    store, ledger = world()
+    [job] = queue(ledger, 1)
+    gc = GroupCommitter(ledger, 0)
+    claimed = gc.claim(job.job_id, A)
+    assert claimed is not None
+    assert gc.finish(claimed.job, AsyncJobStatus.succeeded, None, A) is True
+    assert store.calls == {"claim": 1, "claim_many": 0, "finish": 1, "finish_many": 0}
+    assert not gc.enabled and gc._thread is None  # no writer was started
+    gc.close()
+
+
+@pytest.mark.parametrize("bad", [-1, 51, float("nan"), float("inf"), "2", True])
+def test_the_window_is_checked(bad: object) -> None:
+    _, ledger = world()
+    with pytest.raises(ConfigurationError, match="group_commit_ms"):
+        GroupCommitter(ledger, bad)  # type: ignore[arg-type]
+
+
+def test_the_fencing_holds_inside_a_batch() -> None:
+    # In one claim write: a queued job (won), one another worker holds (swept to it), one
+    # cancelled while queued, one unknown. In one finish write: A's job (won) and a job a
+    # sweep gave to B (lost: its row is left as B has it).
+    store, ledger = world()
+    mine, taken, cancelled, finish_mine, finish_taken = queue(ledger, 5)
+    assert ledger.claim(taken.job_id, B) is not None
+    assert ledger.cancel(cancelled.job_id) is not None
+    assert ledger.claim(finish_mine.job_id, A) is not None
+    assert ledger.claim(finish_taken.job_id, B) is not None
+    unknown = new_id()
+    with GroupCommitter(ledger, 50, max_batch=4, clock=FROZEN) as gc:
+        claims = in_threads(
+            [lambda i=i: gc.claim(i, A) for i in (mine.job_id, taken.job_id, cancelled.job_id)]
+            + [lambda: gc.claim(unknown, A)]
+        )
+        assert isinstance(claims[0], Claimed) and claims[1:] == [None, None, None]
+        gc.max_batch = 2
+        finished = in_threads(
+            [
+                lambda: gc.finish(finish_mine, AsyncJobStatus.failed, "boom", A),
+                lambda: gc.finish(finish_taken, AsyncJobStatus.failed, "late", A),
+            ]
+        )
+        assert finished == [True, False]
+    assert store.calls["claim_many"] == store.calls["finish_many"] == 1
+    row = store.get(finish_taken.job_id)
+    assert row is not None and row.status is AsyncJobStatus.running and row.worker_id == B
+    assert row.error_message is None
+    swept = store.get(taken.job_id)
+    assert swept is not None and swept.worker_id == B
+    gone = store.get(cancelled.job_id)
+    assert gone is not None and gone.status is AsyncJobStatus.cancelled and gone.worker_id is None
+
+
+def test_two_deliveries_of_one_job_in_one_window_one_wins() -> None:
+    store, ledger = world()
+    [job] = queue(ledger, 1)
+    with GroupCommitter(ledger, 50, max_batch=1, clock=FROZEN) as gc:
+        results = in_threads([lambda: gc.claim(job.job_id, A), lambda: gc.claim(job.job_id, A)])
+    assert sorted(r is None for r in results) == [False, True]
+    assert store.calls["claim_many"] == 2  # the duplicate waited for the next write
+
+
+def test_a_rejected_batch_fails_only_the_job_whose_row_is_refused() -> None:
+    store, ledger = world()
+    jobs = queue(ledger, 4)
+    for job in jobs:
+        assert ledger.claim(job.job_id, A) is not None
+    store.reject_batches = True
+    store.poison = {jobs[2].job_id}
+    with GroupCommitter(ledger, 50, max_batch=4, clock=FROZEN) as gc:
+        results = in_threads(
+            [lambda j=j: gc.finish(j, AsyncJobStatus.failed, "boom", A) for j in jobs]
+        )
+    assert results[0] is results[1] is results[3] is True
+    assert isinstance(results[2], LedgerRejectedError) and "ck_test_poison" in str(results[2])
+    assert store.calls["finish_many"] == 1 and store.calls["finish"] == 4  # then one by one
+    statuses = [store.get(j.job_id).status for j in jobs]  # type: ignore[union-attr]
+    assert statuses == [AsyncJobStatus.failed] * 2 + [AsyncJobStatus.running, AsyncJobStatus.failed]
+
+
+def test_a_rejected_claim_batch_claims_each_job_alone() -> None:
+    store, ledger = world()
+    jobs = queue(ledger, 3)
+    store.reject_batches = True
+    with GroupCommitter(ledger, 50, max_batch=3, clock=FROZEN) as gc:
+        results = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs])
+    assert all(isinstance(r, Claimed) for r in results)
+    assert store.calls["claim_many"] == 1 and store.calls["claim"] == 3
+
+
+def test_an_outage_is_ridden_out_by_the_batch_and_every_job_gets_its_outcome() -> None:
+    """About 0.6 s: the outage ride-out's first two retry delays (0.2 s, 0.4 s)."""
+    store, ledger = world()
+    jobs = queue(ledger, 3)
+    store.outages = 2
+    with GroupCommitter(ledger, 50, max_batch=3, clock=FROZEN) as gc:
+        results = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs])
+    assert all(isinstance(r, Claimed) for r in results)
+    assert store.calls["claim_many"] == 3 and store.calls["claim"] == 0  # never alone
+
+
+def test_an_outage_past_its_budget_reaches_every_waiting_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, ledger = world()
+    jobs = queue(ledger, 2)
+    store.outages = 10**6
+
+    def spent(fn: Callable[[], Any], what: str, **_: Any) -> Any:
+        try:
+            return fn()
+        except LedgerUnavailableError as exc:
+            raise LedgerUnavailableError(f"ledger unavailable for 120s during {what}") from exc
+
+    monkeypatch.setattr("planq.domain.ledger.ride_out_outage", spent)  # a budget of one try
+    with GroupCommitter(ledger, 50, max_batch=2, clock=FROZEN) as gc:
+        results = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs])
+    assert all(isinstance(r, LedgerUnavailableError) for r in results)
+    assert results[0] is not results[1]  # each thread raises its own
+    assert store.calls["claim"] == 0  # an outage is not retried job by job
+    assert store.count(AsyncJobStatus.running) == 0
+
+
+def test_no_caller_returns_before_its_write_committed() -> None:
+    store, ledger = world()
+    [job] = queue(ledger, 1)
+    store.gate = threading.Event()
+    returned = threading.Event()
+    with GroupCommitter(ledger, 50, max_batch=1, clock=FROZEN) as gc:
+
+        def claim() -> None:
+            gc.claim(job.job_id, A)
+            returned.set()
+
+        caller = threading.Thread(target=claim)
+        caller.start()
+        assert store.entered.wait(30)  # the writer is inside the store's write
+        assert not returned.is_set()  # the job's thread still waits for it
+        row = store.get(job.job_id)
+        assert row is not None and row.status is AsyncJobStatus.queued
+        store.gate.set()
+        caller.join(30)
+        assert returned.is_set()
+    row = store.get(job.job_id)
+    assert row is not None and row.status is AsyncJobStatus.running
+
+
+def test_close_sends_what_is_pending_and_later_calls_go_alone() -> None:
+    store, ledger = world()
+    jobs = queue(ledger, 4)
+    gc = GroupCommitter(ledger, 50, max_batch=100, clock=FROZEN)  # only close() ends it
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda j=j: results.append(gc.claim(j.job_id, A))) for j in jobs[:3]
+    ]
+    for t in threads:
+        t.start()
+    wait_for(lambda: gc.pending == 3, timeout=10, what="three claims waiting")
+    gc.close()
+    for t in threads:
+        t.join(10)
+    assert len(results) == 3 and all(isinstance(r, Claimed) for r in results)
+    assert store.calls["claim_many"] == 1
+    assert gc._thread is not None and not gc._thread.is_alive()
+    assert gc.claim(jobs[3].job_id, A) is not None  # after close: the single statement
+    assert store.calls["claim"] == 1 and store.calls["claim_many"] == 1
+
+
+def test_a_pipeline_finish_takes_the_single_path() -> None:
+    store, ledger = world()
+    [job] = queue(ledger, 1)
+    assert ledger.claim(job.job_id, A) is not None
+    with GroupCommitter(ledger, 50, clock=FROZEN) as gc:
+        assert gc.finish(job, AsyncJobStatus.succeeded, None, A, pipeline=True) is True
+    assert store.calls["finish"] == 1 and store.calls["finish_many"] == 0
+
+
+def test_the_ledger_batch_redacts_errors_as_the_single_finish() -> None:
+    jobs, plans = in_memory_ledger()
+    ledger = JobLedger(jobs, plans)
+    made = queue(ledger, 2)
+    for job in made:
+        assert ledger.claim(job.job_id, A) is not None
+    secret = "password=hunter2 failed"
+    assert ledger.finish(made[0], AsyncJobStatus.failed, secret, A, traceback=secret)
+    [outcome] = ledger.finish_many(
+        [Finish(made[1].job_id, AsyncJobStatus.failed, secret, secret, A)]
+    )
+    assert outcome.get() is True
+    one, many = (jobs.get(j.job_id) for j in made)
+    assert one is not None and many is not None
+    assert "hunter2" not in (many.error_message or "") + (many.error_traceback or "")
+    assert (many.error_message, many.error_traceback) == (one.error_message, one.error_traceback)
