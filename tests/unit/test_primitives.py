@@ -219,6 +219,7 @@ def test_config_defaults() -> None:
         "max_attempts": 1,
         "dispatch_grace": 600.0,
         "max_dispatches": 10,
+        "group_commit_ms": 2.0,
     }
     assert config.heartbeat_interval < config.job_timeout
 
@@ -234,7 +235,8 @@ def test_settings_take_every_engine_default_from_the_domain() -> None:
 
 def test_config_numeric_fields_cover_every_number() -> None:
     names = {f.name for f in dataclasses.fields(AsyncWorkerConfig)}
-    assert names == {"enabled", *NUMERIC_FIELDS}
+    # group_commit_ms: 0 is valid (off); its bounds are tests/unit/test_group_commit.py's
+    assert names == {"enabled", "group_commit_ms", *NUMERIC_FIELDS}
 
 
 def test_config_is_frozen() -> None:
