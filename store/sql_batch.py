@@ -21,15 +21,15 @@ from functools import cache
 
 from sqlalchemy import Connection, TextClause, text
 
-from planq.domain.jobs import TERMINAL_STATUSES, AsyncJobStatus
+from planq.domain.jobs import TERMINAL_STATUSES
 from planq.domain.ports import Claimed, Finish
-from planq.domain.transitions import CLAIM, finish_move
+from planq.domain.transitions import finish_move
 from planq.store.driver import fetch_all
 from planq.store.partitions import JOBS
 from planq.store.sql_hot_path import (
-    JOB_COLUMNS,
     JOB_FIELDS,
-    PLAN_OUT,
+    _states,
+    claim_sql,
     job_from_tuple,
     plan_from_tuple,
     sqlite_claim,
@@ -39,34 +39,10 @@ from planq.store.sql_hot_path import (
 _ENDS = sorted(TERMINAL_STATUSES, key=lambda s: s.value)
 
 
-def _states(statuses: frozenset[AsyncJobStatus] | frozenset[object]) -> str:
-    return ", ".join(
-        f"'{value}'" for value in sorted(str(getattr(s, "value", s)) for s in statuses)
-    )
-
-
 @cache
 def _pg_claim_many() -> TextClause:
     """CLAIM MANY: the single claim's compare-and-set on every id of the batch."""
-    return text(f"""
-WITH job AS (
-    UPDATE {JOBS.parent}
-       SET status = '{CLAIM.to.value}', worker_id = :worker_id, started_at = :now,
-           last_heartbeat = :now
-     WHERE job_id = ANY(CAST(:job_ids AS varchar[])) AND status IN ({_states(CLAIM.sources)})
-       AND cancel_requested_at IS NULL
- RETURNING {JOB_COLUMNS}
-), plan AS (
-    UPDATE plans AS p
-       SET status = '{CLAIM.plan_to.value}', version = p.version + 1, updated_at = :now
-      FROM job
-     WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase
-       AND p.status IN ({_states(CLAIM.plan_sources)})
- RETURNING p.*
-)
-SELECT job.*, {PLAN_OUT} FROM job
-  LEFT JOIN plan ON plan.plan_id = job.plan_id AND plan.phase = job.phase
-""")
+    return text(claim_sql(JOBS.parent, many=True))
 
 
 @cache

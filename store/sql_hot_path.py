@@ -74,14 +74,20 @@ def _states(statuses: frozenset[Any]) -> str:
     return ", ".join(f"'{value}'" for value in _values(statuses))
 
 
-@lru_cache(maxsize=64)  # per jobs table: the parent, or a day's partition (store/partitions.py)
-def _pg_claim(jobs: str) -> TextClause:
-    return text(f"""
+def claim_sql(jobs: str, *, many: bool = False) -> str:
+    """The claim's compare-and-set (the job, then its plan), for one id or a batch of ids.
+
+    One text for both, so the group commit's batch claim is the single claim's WHERE on
+    every id of the batch (`store/sql_batch.py`), never a copy that could drift.
+    """
+    match = "job_id = ANY(CAST(:job_ids AS varchar[]))" if many else "job_id = :job_id"
+    join = "plan.plan_id = job.plan_id AND plan.phase = job.phase" if many else "true"
+    return f"""
 WITH job AS (
     UPDATE {jobs}
        SET status = '{CLAIM.to.value}', worker_id = :worker_id, started_at = :now,
            last_heartbeat = :now
-     WHERE job_id = :job_id AND status IN ({_states(CLAIM.sources)})
+     WHERE {match} AND status IN ({_states(CLAIM.sources)})
        AND cancel_requested_at IS NULL
  RETURNING {JOB_COLUMNS}
 ), plan AS (
@@ -92,8 +98,13 @@ WITH job AS (
        AND p.status IN ({_states(CLAIM.plan_sources)})
  RETURNING p.*
 )
-SELECT job.*, {PLAN_OUT} FROM job LEFT JOIN plan ON true
-""")
+SELECT job.*, {PLAN_OUT} FROM job LEFT JOIN plan ON {join}
+"""
+
+
+@lru_cache(maxsize=64)  # per jobs table: the parent, or a day's partition (store/partitions.py)
+def _pg_claim(jobs: str) -> TextClause:
+    return text(claim_sql(jobs))
 
 
 @lru_cache(maxsize=64)
