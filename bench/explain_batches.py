@@ -1,0 +1,111 @@
+"""EXPLAIN (ANALYZE, BUFFERS) of the group commit's batch claim and finish on a filled ledger.
+
+A throw-away PostgreSQL database gets bench/ledger_fill.py's fill at --rows job rows (30
+days of daily partitions, 3,000 queued and 300 running: the live set); then the batch
+claim of 16 queued jobs and the batch finish of 16 running ones are explained inside a
+transaction that is rolled back. Prints each plan's scan nodes, time and shared buffers.
+
+    .venv/bin/python bench/explain_batches.py --rows 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.ledger_fill import Shape, fill
+from bench.ledger_scale import SPAN, throwaway
+from planq.domain.clock import utcnow
+from planq.store import Database
+from planq.store.migrate import upgrade
+from planq.store.sql_batch import _pg_claim_many, _pg_finish_many
+
+BATCH = 16
+
+
+def explained(conn: Any, statement: Any, parameters: dict[str, Any]) -> dict[str, Any]:
+    sql = str(statement)  # the TextClause's SQL, its :binds kept
+    row = conn.execute(
+        text(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}"), parameters
+    ).scalar_one()
+    doc: dict[str, Any] = (json.loads(row) if isinstance(row, str) else row)[0]
+    return doc
+
+
+def scans(node: dict[str, Any]) -> list[str]:
+    """Each scan node of the plan: its kind, and the index or table it reads."""
+    found = []
+    if "Scan" in node.get("Node Type", ""):
+        on = node.get("Index Name") or node.get("Relation Name", "?")
+        found.append(f"{node['Node Type']} {on}")
+    for child in node.get("Plans", []):
+        found.extend(scans(child))
+    return found
+
+
+def report(name: str, doc: dict[str, Any]) -> None:
+    plan = doc["Plan"]
+    ms = doc.get("Planning Time", 0.0) + doc.get("Execution Time", 0.0)
+    hits = plan.get("Shared Hit Blocks", 0) + plan.get("Shared Read Blocks", 0)
+    print(f"{name}: {ms:.2f} ms, {hits} shared buffers; {len(scans(plan))} scans")
+    for kind in sorted(set(scans(plan))):
+        print(f"  {kind} x{scans(plan).count(kind)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    rows = parser.parse_args().rows
+    with throwaway() as url:
+        upgrade(url)
+        db = Database(url)
+        try:
+            fill(db, Shape.over(rows, SPAN, findings=2_000, runs=20))
+            with db.engine.connect() as conn:
+                queued = (
+                    conn.execute(
+                        text("SELECT job_id FROM async_jobs WHERE status = 'queued' LIMIT :n"),
+                        {"n": BATCH},
+                    )
+                    .scalars()
+                    .all()
+                )
+                running = conn.execute(
+                    text(
+                        "SELECT job_id, worker_id FROM async_jobs WHERE status = 'running' LIMIT :n"
+                    ),
+                    {"n": BATCH},
+                ).all()
+                now = utcnow()
+                claim = {
+                    "job_ids": list(queued),
+                    "worker_id": "bench/1",
+                    "now": now,
+                    "follow": True,
+                }
+                report(f"claim_many({BATCH})", explained(conn, _pg_claim_many(), claim))
+                finish = {
+                    "job_ids": [r.job_id for r in running],
+                    "statuses": ["succeeded"] * len(running),
+                    "errors": [None] * len(running),
+                    "tracebacks": [None] * len(running),
+                    "worker_ids": [r.worker_id for r in running],
+                    "now": now,
+                    "follow": True,
+                }
+                report(f"finish_many({BATCH})", explained(conn, _pg_finish_many(), finish))
+                conn.rollback()  # nothing claimed or finished stays
+        finally:
+            db.close()
+    print(f"({rows:,} job rows over {SPAN.days} days of daily partitions)")
+
+
+if __name__ == "__main__":
+    main()
