@@ -47,7 +47,12 @@ def _pg_claim_many() -> TextClause:
 
 @cache
 def _pg_finish_many() -> TextClause:
-    """FINISH MANY: each row running (under its own worker_id, if given) -> its status."""
+    """FINISH MANY: each row running (under its own worker_id, if given) -> its status.
+
+    `job_id = ANY(:job_ids)` beside the join on the input is what prunes: the planner
+    names the partitions the ids lie in (as the batch claim's does), where the join alone
+    probes every partition's primary key (EXPLAIN on 1M rows: 44 scans, 5.2 ms for 16).
+    """
     job_moves = " OR ".join(
         f"(input.status = '{s.value}' AND j.status IN ({_states(finish_move(s).sources)}))"
         for s in _ENDS
@@ -68,7 +73,8 @@ WITH input AS (
        SET status = input.status, finished_at = :now, error_message = input.error,
            error_traceback = input.traceback
       FROM input
-     WHERE j.job_id = input.job_id AND ({job_moves})
+     WHERE j.job_id = ANY(CAST(:job_ids AS varchar[])) AND j.job_id = input.job_id
+       AND ({job_moves})
        AND (input.worker_id IS NULL OR j.worker_id = input.worker_id)
  RETURNING j.job_id, j.plan_id, j.phase, j.status
 ), plan AS (
