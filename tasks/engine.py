@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from planq.domain.tracebacks import describe_traceback
 from planq.domain.webhooks import NO_WEBHOOKS, WebhookPolicy
 from planq.tasks import metrics, tracing
 from planq.tasks.executors import Executor, ExecutorRegistry, JobContext, resolve
+from planq.tasks.group_commit import GroupCommitter
 from planq.tasks.job_service import BroadcastCancel, JobService, Publish
 from planq.tasks.store_poller import StorePoller
 from planq.tasks.tracker import LOST_CLAIM, WORKER_SHUTDOWN, JobTracker
@@ -112,6 +115,10 @@ class AsyncWorker:
     `detect_stuck_jobs`, `cleanup_expired_jobs`) call that one door. Without `jobs` it
     builds its own over these stores (the spec's standalone form), claiming as the
     spec's `worker-…` unless given a `worker_id` (the Celery runtime passes `<node>/<pid>`).
+
+    Its claims and finishes go through `commits`, the process's group commit
+    (tasks/group_commit.py): `group_commit_ms` (default: the config's) is the window, 0 off;
+    the Celery runtime passes 0 where a process holds one job at a time (prefork, solo).
     """
 
     def __init__(
@@ -129,6 +136,7 @@ class AsyncWorker:
         outages: OutageMonitor | None = None,
         webhooks: WebhookPolicy = NO_WEBHOOKS,
         jobs: JobService | None = None,
+        group_commit_ms: float | None = None,
     ) -> None:
         if not isinstance(config, AsyncWorkerConfig):
             raise TypeError(f"config must be an AsyncWorkerConfig, got {type(config).__name__}")
@@ -177,6 +185,15 @@ class AsyncWorker:
         self._poller = StorePoller(
             job_store, self.run_job, config.max_workers, config.poll_interval
         )
+        self._active = 0
+        self._active_lock = threading.Lock()
+        window = config.group_commit_ms if group_commit_ms is None else group_commit_ms
+        #: The one writer of this runner's claims and finishes (a batch per window).
+        self.commits = GroupCommitter(self.ledger, window, active=self.active_jobs)
+
+    def active_jobs(self) -> int:
+        """How many jobs are inside run_job here now (claiming, running or finishing)."""
+        return self._active
 
     def rename(self, worker_id: str) -> bool:
         """Claim jobs under worker_id from now on (the node name became known); False if busy.
@@ -218,15 +235,21 @@ class AsyncWorker:
         The whole run is the job's span (`tasks/tracing.py`), its statements child spans;
         parent is the message's trace context (the phase task's), None outside Celery.
         """
-        with tracing.job_span(job_id, self.worker_id, parent, phase, queue) as span:
-            report, status = self._run_traced(job_id, span)
-            tracing.job_ended(span, report.result.value, status, report.error)
-            return report
+        with self._active_lock:
+            self._active += 1
+        try:
+            with tracing.job_span(job_id, self.worker_id, parent, phase, queue) as span:
+                report, status = self._run_traced(job_id, span)
+                tracing.job_ended(span, report.result.value, status, report.error)
+                return report
+        finally:
+            with self._active_lock:
+                self._active -= 1
 
     def _run_traced(self, job_id: str, span: Span) -> tuple[JobReport, str | None]:
         """run_job_reporting's body: the report, and the status written (None: nothing)."""
         with _statement("claim", job_id):
-            claimed = self.ledger.claim(job_id, self.worker_id)
+            claimed = self.commits.claim(job_id, self.worker_id)
         if claimed is None:
             logger.info(
                 "job %s: not claimable (unknown, owned by another delivery, or ended)", job_id
@@ -281,7 +304,7 @@ class AsyncWorker:
         """
 
         def write(outcome: Verdict) -> bool:
-            return self.ledger.finish(
+            return self.commits.finish(
                 job,
                 outcome.status,
                 outcome.error,
@@ -366,6 +389,10 @@ class AsyncWorker:
         report["config"] = self.config.as_dict()
         report["in_flight"] = self.tracker.in_flight()
         report["running"] = self.is_running
+        report["group_commit"] = {
+            "window_ms": self.commits.window * 1000.0,
+            **dataclasses.asdict(self.commits.stats),
+        }
         return report
 
     # -- the spec's own loop: poll this worker's store, run on max_workers threads -------
@@ -388,6 +415,11 @@ class AsyncWorker:
             return
         self.tracker.cancel_all(WORKER_SHUTDOWN)
         self._poller.stop(timeout)
+
+    def close(self) -> None:
+        """Send the pending claims and finishes, stop the writer and the heartbeat thread."""
+        self.commits.close()
+        self.tracker.close()
 
 
 def observe_end(job: AsyncJob, status: AsyncJobStatus, jobs: JobStore) -> None:

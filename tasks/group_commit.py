@@ -8,6 +8,12 @@ sends every claim of the batch in one statement and every finish in one more
 (`JobLedger.claim_many` / `finish_many`), and wakes each job with its own outcome: won,
 lost, or its own exception, exactly as the single statement would have told it.
 
+The window is waited out only while a job that could still join is running: with
+`active` (how many jobs this process is inside, the runner's count) a batch goes as soon
+as every active job is in it, the way PostgreSQL's commit_delay waits only with
+commit_siblings. So a lone job (a quiet pool) never waits, and a busy pool waits at most
+the window for jobs that are about to end.
+
 No job body starts before its claim committed, and no finish returns before it committed:
 the caller blocks until the ledger answered for its row. A pipeline's finish (which
 queues the next phase in the same transaction) is not batched: it takes the single path.
@@ -73,6 +79,7 @@ class GroupCommitter:
 
     `claim(job_id, worker_id)` and `finish(job, status, error, worker_id, traceback=,
     pipeline=)` take the arguments of `JobLedger.claim` / `finish` and answer as they do.
+    `active`, if given, counts the jobs in flight that may yet call (the module says why).
     The writer thread starts with the first call; `close()` sends what is pending and
     stops it (calls after close take the single path). A forked child starts afresh.
     """
@@ -84,6 +91,7 @@ class GroupCommitter:
         *,
         max_batch: int = DEFAULT_MAX_BATCH,
         clock: Callable[[], float] = time.monotonic,
+        active: Callable[[], int] | None = None,
     ) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
@@ -92,6 +100,8 @@ class GroupCommitter:
         self.max_batch = max_batch
         self.stats = GroupCommitStats()
         self._clock = clock
+        #: Jobs that could still join a batch (None: unknown, so the window is waited out).
+        self._active = active
         self._reset()
 
     def _reset(self) -> None:
@@ -102,6 +112,13 @@ class GroupCommitter:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+
+    def set_window(self, window_ms: float) -> None:
+        """Change the window (validated as at construction); 0 sends each call alone."""
+        window = check_group_commit_ms(window_ms) / 1000.0
+        with self._cond:
+            self.window = window
+            self._cond.notify_all()
 
     @property
     def enabled(self) -> bool:
@@ -219,7 +236,7 @@ class GroupCommitter:
                 self._cond.wait()
             if not self._pending:
                 return None  # closing, nothing left
-            while not self._closing and len(self._pending) < self.max_batch:
+            while not self._closing and len(self._pending) < self._wanted():
                 left = self._first_at + self.window - self._clock()
                 if left <= 0:
                     break
@@ -238,6 +255,12 @@ class GroupCommitter:
             if later:
                 self._first_at = self._clock()
             return batch
+
+    def _wanted(self) -> int:
+        """How many calls a batch waits for: max_batch, or every job still in flight."""
+        if self._active is None:
+            return self.max_batch
+        return min(self.max_batch, self._active())
 
     def _flush(self, batch: list[_Call]) -> None:
         """Send the batch's claims (one write per worker id) and finishes; answer each call."""

@@ -86,11 +86,15 @@ class Runtime:
         config: RuntimeConfig,
         node: str | None = None,
         database: Database | None = None,
+        *,
+        holds_many: bool = False,
     ) -> None:
         self.app = app
         self.config = config
         self.pid = os.getpid()
         self.node = node
+        #: Whether this process runs many jobs at once (a threads/gevent pool): group commit.
+        self.holds_many = holds_many
         #: The redactor every ledger write, task error and log line of this process uses.
         self.redactor = config.redactor
         if database is None and config.auto_migrate:
@@ -146,7 +150,19 @@ class Runtime:
             worker_id=self.worker_id_for(self.pid),
             redactor=self.redactor,
             jobs=self.service.jobs,
+            group_commit_ms=self._group_commit_ms(),
         )
+
+    def _group_commit_ms(self) -> float:
+        """The runner's group commit window: the setting's where a process holds many jobs."""
+        return self.config.worker.group_commit_ms if self.holds_many else 0.0
+
+    def hold_many(self, many: bool) -> None:
+        """Whether the process runs many jobs at once: its runner groups its writes if so."""
+        self.holds_many = many
+        runner: AsyncWorker | None = self.__dict__.get("worker")
+        if runner is not None:
+            runner.commits.set_window(self._group_commit_ms())
 
     def _running_here(self, job_id: str) -> bool:
         """Trip the token of job_id if this process's runner holds it (no runner: False)."""
@@ -212,7 +228,7 @@ class Runtime:
         self.publisher.close()
         runner: AsyncWorker | None = self.__dict__.get("worker")
         if runner is not None:
-            runner.tracker.close()
+            runner.close()
         heartbeat: RunHeartbeat | None = self.__dict__.get("run_heartbeat")
         if heartbeat is not None:
             heartbeat.stop()
@@ -237,6 +253,8 @@ class RuntimeHolder:
         self.node: str | None = None
         #: Who owns the runs this node starts (`run_owner_name(node)`, fixed at worker_init).
         self.run_owner: str | None = None
+        #: Whether a process of this node runs many jobs at once (worker_init tells).
+        self.holds_many = False
         #: The recoverable jobs registered on the app, by name (tasks/recoverable.py).
         self.handlers: dict[str, RecoverableJobHandler] = {}
 
@@ -248,6 +266,17 @@ class RuntimeHolder:
             runtime = self._runtime
         if runtime is not None and runtime.pid == os.getpid():
             runtime.name_node(node)
+
+    def hold_many(self, many: bool) -> None:
+        """Record whether this node's processes run many jobs at once (before any runs).
+
+        A Runtime built before takes it too (its runner, if built, changes its window).
+        """
+        with self._lock:
+            self.holds_many = many
+            runtime = self._runtime
+        if runtime is not None and runtime.pid == os.getpid():
+            runtime.hold_many(many)
 
     def get(self, database: Database | None = None) -> Runtime:
         """The Runtime of this process (a forked child drops the parent's, builds its own).
@@ -264,7 +293,9 @@ class RuntimeHolder:
                 return runtime
             if runtime is not None:
                 runtime.dispose_after_fork()
-            self._runtime = Runtime(self.app, self.config, self.node, database)
+            self._runtime = Runtime(
+                self.app, self.config, self.node, database, holds_many=self.holds_many
+            )
             return self._runtime
 
     def reset(self) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Celery
+from celery.concurrency import ALIASES
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
@@ -81,6 +82,7 @@ def connect_signals(app: Celery, preflight: Callable[[], None] | None = None) ->
         node = getattr(sender, "hostname", None)
         if isinstance(node, str) and node:  # every process of the node claims as `<node>/<pid>`
             holder.name_node(node)
+        holder.hold_many(pool_holds_many(sender))  # group commit: threads/gevent pools only
         install_revoke_bridge()
         if config.metrics_port:  # in the parent, before any child forks: they inherit it
             metrics.serve_metrics(config.metrics_port, gate=_gate_summary)
@@ -168,6 +170,26 @@ def connect_signals(app: Celery, preflight: Callable[[], None] | None = None) ->
     task_revoked.connect(_on_revoked, weak=False, dispatch_uid=f"planq-revoked-{id(app)}")
     task_prerun.connect(_on_prerun, weak=False, dispatch_uid=f"planq-prerun-{id(app)}")
     task_postrun.connect(_on_postrun, weak=False, dispatch_uid=f"planq-postrun-{id(app)}")
+
+
+#: The pools whose one process runs many jobs at once (celery.concurrency's modules).
+_SHARED_POOLS = frozenset(f"celery.concurrency.{name}" for name in ("thread", "gevent", "eventlet"))
+
+
+def pool_holds_many(controller: Any) -> bool:
+    """Whether this worker's one process runs many jobs at once: where group commit pays.
+
+    A threads, gevent or eventlet pool of concurrency above 1. Prefork children hold one
+    job each and solo one in all: they keep the single statements. The WorkController
+    names its pool by alias or class (worker_init comes before Celery resolves it).
+    """
+    pool = getattr(controller, "pool_cls", None)
+    if isinstance(pool, str):
+        pool = ALIASES.get(pool, pool).partition(":")[0]
+    else:
+        pool = getattr(pool, "__module__", "")
+    concurrency = getattr(controller, "concurrency", 0)
+    return pool in _SHARED_POOLS and isinstance(concurrency, int) and concurrency > 1
 
 
 def _pool_child_pids() -> list[int]:
