@@ -197,10 +197,18 @@ class WorkerProcess(GroupProcess):
     """A `celery worker` in its own process group."""
 
     def __init__(
-        self, name: str, app_module: str, queue: str, env: dict[str, str], args: Any, logdir: Path
+        self,
+        name: str,
+        app_module: str,
+        queue: str,
+        env: dict[str, str],
+        args: Any,
+        logdir: Path,
+        pool: tuple[str, int] | None = None,
     ) -> None:
         self.nodename = f"{name}-{os.getpid()}@{socket.gethostname()}"
         self.queue = queue
+        kind, concurrency = pool or ("prefork", args.concurrency)
         cmd = [
             sys.executable,
             "-m",
@@ -209,9 +217,9 @@ class WorkerProcess(GroupProcess):
             app_module,
             "worker",
             "-P",
-            "prefork",
+            kind,
             "-c",
-            str(args.concurrency),
+            str(concurrency),
             "--without-heartbeat",
             "--without-mingle",
             "--without-gossip",
@@ -247,9 +255,21 @@ class ProcrastinateWorkers:
     and has a LISTEN connection open, so no worker is still starting when a round begins.
     """
 
-    def __init__(self, name: str, dsn: str, env: dict[str, str], args: Any, logdir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        dsn: str,
+        env: dict[str, str],
+        args: Any,
+        logdir: Path,
+        shape: tuple[int, int] | None = None,
+    ) -> None:
         self.name = name
         self.dsn = dsn
+        processes, concurrency = shape or (
+            args.procrastinate_workers,
+            args.procrastinate_concurrency,
+        )
         self.args_text = [
             "--app",
             "bench.procrastinate_app.app",
@@ -259,7 +279,7 @@ class ProcrastinateWorkers:
             "--queues",
             PROCRASTINATE_QUEUE,
             "--concurrency",
-            str(args.procrastinate_concurrency),
+            str(concurrency),
         ]
         self.procs = [
             GroupProcess(
@@ -275,7 +295,7 @@ class ProcrastinateWorkers:
                 env,
                 logdir,
             )
-            for i in range(args.procrastinate_workers)
+            for i in range(processes)
         ]
 
     @property
@@ -686,7 +706,9 @@ def bench_system(system: System, args: Any) -> SystemResult:
 
 
 # -- raw Celery ---------------------------------------------------------------------------------
-def raw_system(args: Any, logdir: Path, name: str, events: bool) -> System:
+def raw_system(
+    args: Any, logdir: Path, name: str, events: bool, pool: tuple[str, int] | None = None
+) -> System:
     os.environ["BENCH_BROKER_URL"] = args.redis_url
     import redis
 
@@ -705,6 +727,7 @@ def raw_system(args: Any, logdir: Path, name: str, events: bool) -> System:
         },
         args,
         logdir,
+        pool,
     )
     return System(
         name=name,
@@ -772,6 +795,11 @@ LEDGER_SYSTEMS = ("planq", "planq-noev")
 #: planq with tracing on: the SDK, its batch processor, OTLP/HTTP to bench/otlp_sink.py.
 #: Last: the SDK is installed in the producer process once, for the rest of the run.
 OTEL_SYSTEM = "planq+otel"
+#: The suffix of a ledger row run with group commit off (PLANQ_GROUP_COMMIT_MS=0).
+NO_GROUP_COMMIT = "-nogc"
+#: The rows of `--threads N` (one worker process, N jobs at once): raw Celery, planq with
+#: group commit on and off, and Procrastinate (one process, concurrency N).
+RAW_THREADS, PLANQ_THREADS, PEER_THREADS = "raw-threads", "planq-threads", "procrastinate-threads"
 
 
 def otlp_sink(logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -794,9 +822,18 @@ def otlp_sink(logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def ledger_system(
-    name: str, args: Any, logdir: Path, database_url: str, plan_ids: list[str]
+    name: str,
+    args: Any,
+    logdir: Path,
+    database_url: str,
+    plan_ids: list[str],
+    pool: tuple[str, int] | None = None,
 ) -> tuple[System, Callable[[], None]]:
-    """One ledger-backed system on its own database: (system, close)."""
+    """One ledger-backed system on its own database: (system, close).
+
+    A name ending in NO_GROUP_COMMIT runs with PLANQ_GROUP_COMMIT_MS=0 (on a threads pool:
+    every claim and finish alone); the others keep the default window.
+    """
     import psycopg
 
     env = {
@@ -804,6 +841,7 @@ def ledger_system(
         "PLANQ_DATABASE_URL": database_url,
         "PLANQ_DEFAULT_EXECUTOR": "bench.executors:sleep" if args.job_seconds else "noop",
         "BENCH_JOB_SECONDS": str(args.job_seconds),
+        "PLANQ_GROUP_COMMIT_MS": "0" if name.endswith(NO_GROUP_COMMIT) else "2",
     }
     sink: subprocess.Popen[bytes] | None = None
     if name == OTEL_SYSTEM:  # tracing on in the producer (bootstrap) and every worker process
@@ -838,7 +876,7 @@ def ledger_system(
 
     # planq itself, configured as it ships; "planq-noev" is the same app with every Celery
     # task event off (its worker module, bench/planq_noevents.py, turns them off too).
-    events = name in ("planq", OTEL_SYSTEM)
+    events = not name.startswith("planq-noev")
     app = bootstrap(load_settings())
     if not events:
         set_events(app, False)
@@ -857,7 +895,7 @@ def ledger_system(
         return [delay(next(remaining)) for _ in range(n)]
 
     module = "planq.worker_config" if events else "bench.planq_noevents"
-    worker = WorkerProcess(name, module, PLANQ_QUEUE, env, args, logdir)
+    worker = WorkerProcess(name, module, PLANQ_QUEUE, env, args, logdir, pool)
 
     def close() -> None:
         from planq.tasks.runtime import reset_runtime
@@ -923,8 +961,18 @@ def celery_sql_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callab
 
 
 # -- Procrastinate ----------------------------------------------------------------------------
-def procrastinate_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callable[[], None]]:
-    """Procrastinate on its own fresh database, schema applied by its SchemaManager."""
+def procrastinate_system(
+    args: Any,
+    logdir: Path,
+    dsn: str,
+    name: str = "procrastinate",
+    shape: tuple[int, int] | None = None,
+) -> tuple[System, Callable[[], None]]:
+    """Procrastinate on its own fresh database, schema applied by its SchemaManager.
+
+    `shape`: (worker processes, concurrency each); default the prefork peer's. A second
+    row on the same database (the module reads its DSN once) starts from emptied tables.
+    """
     import psycopg
 
     env = {"BENCH_PROCRASTINATE_DSN": dsn, "BENCH_JOB_SECONDS": str(args.job_seconds)}
@@ -936,8 +984,11 @@ def procrastinate_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Cal
     # Not opened async, the app's PsycopgConnector hands sync calls (schema, defer) to a
     # SyncPsycopgConnector; app.open() opens that one's psycopg pool.
     peer.app.open()
-    peer.app.schema_manager.apply_schema()
     conn = psycopg.connect(dsn, autocommit=True)
+    if conn.execute("SELECT to_regclass('procrastinate_jobs')").fetchone() == (None,):
+        peer.app.schema_manager.apply_schema()
+    else:  # the same database as the row before: its rows out of the way
+        conn.execute("TRUNCATE procrastinate_jobs CASCADE")
 
     def done() -> int:
         query = "SELECT status::text, count(*) FROM procrastinate_jobs GROUP BY status"
@@ -951,18 +1002,19 @@ def procrastinate_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Cal
         peer.app.close()
         conn.close()
 
-    worker = ProcrastinateWorkers("procrastinate", dsn, env, args, logdir)
+    worker = ProcrastinateWorkers(name, dsn, env, args, logdir, shape)
+    processes, concurrency = shape or (args.procrastinate_workers, args.procrastinate_concurrency)
     settings = {
         "procrastinate": version("procrastinate"),
-        "worker_processes": args.procrastinate_workers,
-        "concurrency_per_process": args.procrastinate_concurrency,
+        "worker_processes": processes,
+        "concurrency_per_process": concurrency,
         "listen_notify": True,
         "task": "sync def (Procrastinate runs it in a thread)",
         "producer": "Task.defer(), one call per job, through SyncPsycopgConnector "
         "(psycopg_pool.ConnectionPool with check_connection, Procrastinate's default)",
     }
     system = System(
-        "procrastinate",
+        name,
         worker,
         None,
         lambda n: [peer.noop.defer] * n,
@@ -1031,7 +1083,7 @@ def machine_busy(seconds: float) -> float:
 # -- report -----------------------------------------------------------------------------------
 def table(results: dict[str, SystemResult], args: Any) -> str:
     header = (
-        f"{'system':<13} {'jobs/s e2e':>10} {'drain/s':>8} {'enqueue/s':>9} "
+        f"{'system':<22} {'jobs/s e2e':>10} {'drain/s':>8} {'enqueue/s':>9} "
         f"{'enq p50 ms':>10} {'enq p99 ms':>10} {'clean rounds':>12}"
     )
     lines = [header, "-" * len(header)]
@@ -1039,7 +1091,7 @@ def table(results: dict[str, SystemResult], args: Any) -> str:
         lat = latency_summary(r.clean_latencies)
         drain = "-" if r.drain_per_s is None else f"{r.drain_per_s:.0f}"
         lines.append(
-            f"{r.name:<13} {r.jobs_per_s:>10.0f} {drain:>8} {r.enqueue_per_s:>9.0f} "
+            f"{r.name:<22} {r.jobs_per_s:>10.0f} {drain:>8} {r.enqueue_per_s:>9.0f} "
             f"{lat['p50_ms']:>10.3f} {lat['p99_ms']:>10.3f} {r.clean_rounds():>12}"
         )
     return "\n".join(lines)
@@ -1050,7 +1102,7 @@ def cpu_table(results: dict[str, SystemResult], which: str) -> str:
     cats = ["worker main", "worker children", "postgres", "redis", "bench producer"]
     cats += ["other", "unattributed"]
     cols = [*cats, "total", "machine busy %"]
-    header = f"{'system':<13} " + " ".join(f"{c:>{max(len(c), 7)}}" for c in cols)
+    header = f"{'system':<22} " + " ".join(f"{c:>{max(len(c), 7)}}" for c in cols)
     lines = [f"CPU ms per job ({which}, first clean round):", header, "-" * len(header)]
     for r in results.values():
         rows = r.cpu_drain if which == "drain" else r.cpu_e2e
@@ -1059,7 +1111,7 @@ def cpu_table(results: dict[str, SystemResult], which: str) -> str:
         row = next((c for c in rows if not disturbed(c)), rows[0])
         cells = [f"{row.get(c, 0.0):>{max(len(c), 7)}.2f}" for c in [*cats, "total"]]
         cells.append(f"{row['machine_busy_pct']:>14.0f}")
-        lines.append(f"{r.name:<13} " + " ".join(cells))
+        lines.append(f"{r.name:<22} " + " ".join(cells))
     return "\n".join(lines)
 
 
@@ -1122,6 +1174,34 @@ def tracing_ratios(results: dict[str, SystemResult]) -> dict[str, float]:
     return out
 
 
+def threads_ratios(results: dict[str, SystemResult], threads: int) -> dict[str, float]:
+    """The rows of one process with many jobs at once (issue 36), over Procrastinate's.
+
+    PostgreSQL CPU per job is the e2e window's `postgres` category (every PostgreSQL
+    process, background included), from the first clean round, as the CPU table shows.
+    """
+    peer = results.get(PEER_THREADS)
+    out: dict[str, float] = {}
+    if peer is None:
+        return out
+
+    def pg(result: SystemResult) -> float:
+        rows = result.cpu_e2e
+        row = next((c for c in rows if not disturbed(c)), rows[0])
+        return row.get("postgres", 0.0)
+
+    for name in (PLANQ_THREADS, PLANQ_THREADS + NO_GROUP_COMMIT, RAW_THREADS):
+        mine = results.get(name)
+        if mine is None:
+            continue
+        out[f"{name}/{PEER_THREADS} e2e"] = round(mine.jobs_per_s / peer.jobs_per_s, 3)
+        if name != RAW_THREADS and pg(peer) > 0:
+            out[f"{name}/{PEER_THREADS} postgres cpu per job"] = round(pg(mine) / pg(peer), 3)
+            out[f"{name} postgres ms per job"] = pg(mine)
+    out[f"{PEER_THREADS} postgres ms per job"] = pg(peer)
+    return out
+
+
 def ratio_label(key: str, over: str) -> str:
     """'procrastinate_e2e' over raw reads 'procrastinate/raw (e2e)'; plain keys are planq's."""
     for name in ("planq-noev", "procrastinate", "celery-sql"):
@@ -1157,6 +1237,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=4,
         help="jobs in flight per Procrastinate worker process (4, as issue 10 measured)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=16,
+        help="also the rows of one process running this many jobs at once: raw Celery and\n"
+        "planq (group commit on and off) on `-P threads -c N`, Procrastinate with one\n"
+        "process of concurrency N; 0 = prefork rows only (16)",
     )
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/14", help="dedicated db")
     p.add_argument(
@@ -1207,6 +1295,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run one system only",
     )
     args = p.parse_args(argv)
+    if args.threads < 0 or args.threads == 1:
+        p.error("--threads must be 0 (off) or at least 2")
     if args.jobs < 1 or args.warmup < 1 or args.rounds < 1:
         p.error("--jobs, --warmup and --rounds must be >= 1")
     if args.procrastinate_workers < 1 or args.procrastinate_concurrency < 1:
@@ -1242,14 +1332,23 @@ def main(argv: list[str] | None = None) -> int:
                 results["raw+events"] = bench_system(
                     raw_system(args, logdir, "raw+events", events=True), args
                 )
+            if args.threads:
+                results[RAW_THREADS] = bench_system(
+                    raw_system(args, logdir, RAW_THREADS, False, ("threads", args.threads)), args
+                )
         if args.only in (None, "planq"):
             from planq.store.migrate import upgrade
 
-            names = [*(LEDGER_SYSTEMS if args.attribution else LEDGER_SYSTEMS[:1])]
+            names: list[tuple[str, tuple[str, int] | None]] = [
+                (name, None) for name in (LEDGER_SYSTEMS if args.attribution else ("planq",))
+            ]
             if args.tracing:
-                names.append(OTEL_SYSTEM)
+                names.append((OTEL_SYSTEM, None))
+            if args.threads:
+                threads = ("threads", args.threads)
+                names += [(PLANQ_THREADS, threads), (PLANQ_THREADS + NO_GROUP_COMMIT, threads)]
             count = args.warmup + args.rounds * args.jobs * (2 if args.drain else 1)
-            for name in names:
+            for name, pool in names:
                 # Each system gets a fresh ledger, so none pays for another's table growth.
                 db_name, database_url = create_pg_database(args.pg_admin_url)
                 databases.append(db_name)
@@ -1260,7 +1359,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name}: seeded {count} Strategize/COMPLETE plans in a fresh database "
                     f"({time.perf_counter() - t:.1f}s)"
                 )
-                system, close = ledger_system(name, args, logdir, database_url, plan_ids)
+                system, close = ledger_system(name, args, logdir, database_url, plan_ids, pool)
                 try:
                     results[name] = bench_system(system, args)
                 finally:
@@ -1285,6 +1384,13 @@ def main(argv: list[str] | None = None) -> int:
                 results["procrastinate"] = bench_system(system, args)
             finally:
                 close()
+            if args.threads:  # the same database (its module reads the DSN once), emptied
+                shape = (1, args.threads)
+                system, close = procrastinate_system(args, logdir, dsn, PEER_THREADS, shape)
+                try:
+                    results[PEER_THREADS] = bench_system(system, args)
+                finally:
+                    close()
             drop_pg_database(args.pg_admin_url, db_name)
             databases.remove(db_name)
         ok = True
@@ -1296,7 +1402,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             log(f"FAILED; worker logs kept in {logdir}")
 
-    out = {
+    out: dict[str, Any] = {
         "benchmark": "planq throughput vs raw Celery, Celery's SQL backend and Procrastinate",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -1305,6 +1411,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup": args.warmup,
             "rounds": args.rounds,
             "pool": f"prefork -c {args.concurrency}",
+            "threads_rows": f"-P threads -c {args.threads}" if args.threads else "off",
             "procrastinate_workers": (
                 f"{args.procrastinate_workers} processes x concurrency "
                 f"{args.procrastinate_concurrency}"
@@ -1321,6 +1428,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_planq_over_procrastinate": peer_ratios(results),
         "ratio_planq_over_celery_sql": sql_backend_ratios(results),
         "ratio_tracing_on_over_off": tracing_ratios(results),
+        "threads": threads_ratios(results, args.threads),
         # Issue 10's targets (2,000 no-op jobs, one run); 0.9x raw is for --job-seconds 0.02.
         "targets": {
             "e2e_over_raw": 0.5,
@@ -1328,6 +1436,10 @@ def main(argv: list[str] | None = None) -> int:
             "e2e_over_procrastinate": 1.0,
             "e2e_over_raw_20ms_jobs": 0.9,
             "e2e_over_celery_sql": 1.5,  # issue 23
+            # issue 36, at -P threads -c 16 against Procrastinate with concurrency 16:
+            "threads_postgres_cpu_over_procrastinate": 0.5,
+            "threads_e2e_over_procrastinate": 1.0,
+            "e2e_over_raw_prefork_floor": 0.28,
         },
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -1356,6 +1468,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratio {ratio_label(key, 'celery-sql')}: {value}")
     for key, value in out["ratio_tracing_on_over_off"].items():
         print(f"ratio {OTEL_SYSTEM}/planq ({key}): {value}")
+    for key, value in out["threads"].items():
+        print(f"threads -c {args.threads}: {key}: {value}")
     print(f"results: {args.out}")
     with contextlib.suppress(Exception):
         for f in logdir.iterdir():
