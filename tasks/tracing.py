@@ -186,6 +186,9 @@ def producer_span(
     Several plans at once (`delay_many`) share one span in the first plan's trace; each
     message still carries its own plan's context (`message_headers`).
     """
+    if not active():  # no SDK: nothing records, so no context to compute (delay()'s hot path)
+        yield trace.INVALID_SPAN
+        return
     first = next(iter(plan_ids), None)
     ctx = None if first is None else parent_for(first)
     joined = first is not None and _in_plan(otel_context.get_current(), first)
