@@ -7,17 +7,18 @@ batch claim's WHERE is the single claim's (`store/sql_hot_path.py`), applied to 
 the batch finish fences each row on its own worker_id. So a batch answers, per job, what
 the single statement would have answered alone.
 
-PostgreSQL: ONE statement per batch (a data-modifying CTE, as the singles), on the parent
-table: the ids of a batch may lie in two partitions, and the planning the parent costs is
-shared by the whole batch. SQLite: one BEGIN IMMEDIATE (one commit, the costly part) around
-the singles' own statements.
+PostgreSQL: ONE statement per batch and partition (a data-modifying CTE, as the singles),
+naming the partition the ids lie in (`store/sql_jobs.py` groups them, as the heartbeat
+does): through the parent every execution is planned afresh over every partition.
+SQLite: one BEGIN IMMEDIATE (one commit, the costly part) around the singles' own
+statements.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from functools import cache
+from functools import lru_cache
 
 from sqlalchemy import Connection, TextClause, text
 
@@ -39,14 +40,14 @@ from planq.store.sql_hot_path import (
 _ENDS = sorted(TERMINAL_STATUSES, key=lambda s: s.value)
 
 
-@cache
-def _pg_claim_many() -> TextClause:
+@lru_cache(maxsize=64)  # per jobs table: the parent, or a day's partition
+def _pg_claim_many(jobs: str = JOBS.parent) -> TextClause:
     """CLAIM MANY: the single claim's compare-and-set on every id of the batch."""
-    return text(claim_sql(JOBS.parent, many=True))
+    return text(claim_sql(jobs, many=True))
 
 
-@cache
-def _pg_finish_many() -> TextClause:
+@lru_cache(maxsize=64)
+def _pg_finish_many(jobs: str = JOBS.parent) -> TextClause:
     """FINISH MANY: each row running (under its own worker_id, if given) -> its status.
 
     `job_id = ANY(:job_ids)` beside the join on the input is what prunes: the planner
@@ -69,7 +70,7 @@ WITH input AS (
         CAST(:tracebacks AS text[]), CAST(:worker_ids AS varchar[])
     ) AS t(job_id, status, error, traceback, worker_id)
 ), job AS (
-    UPDATE {JOBS.parent} AS j
+    UPDATE {jobs} AS j
        SET status = input.status, finished_at = :now, error_message = input.error,
            error_traceback = input.traceback
       FROM input
@@ -89,16 +90,22 @@ SELECT job_id FROM job
 
 
 def pg_claim_many(
-    conn: Connection, job_ids: Sequence[str], worker_id: str, now: datetime, follow: bool
-) -> list[Claimed | None]:
-    """CLAIM MANY (one statement): per id, in order, the claimed job and plan, or None.
+    conn: Connection,
+    job_ids: Sequence[str],
+    worker_id: str,
+    now: datetime,
+    follow: bool,
+    *,
+    jobs: str = JOBS.parent,
+) -> dict[str, Claimed]:
+    """CLAIM MANY (one statement, on `jobs`): the ids it claimed, each with its job and plan.
 
     Two jobs of one plan and phase in a batch (which the single path would claim one
     after the other) both see the plan as the statement left it.
     """
     rows = fetch_all(
         conn,
-        _pg_claim_many(),
+        _pg_claim_many(jobs),
         {"job_ids": list(job_ids), "worker_id": worker_id, "now": now, "follow": follow},
     )
     split = len(JOB_FIELDS)
@@ -107,16 +114,21 @@ def pg_claim_many(
         job = job_from_tuple(row[:split])
         plan = None if row[split] is None else plan_from_tuple(row[split:])
         won[job.job_id] = Claimed(job, plan)
-    return [won.get(job_id) for job_id in job_ids]
+    return won
 
 
 def pg_finish_many(
-    conn: Connection, finishes: Sequence[Finish], now: datetime, follow: bool
+    conn: Connection,
+    finishes: Sequence[Finish],
+    now: datetime,
+    follow: bool,
+    *,
+    jobs: str = JOBS.parent,
 ) -> set[str]:
-    """FINISH MANY (one statement): the ids whose row moved."""
+    """FINISH MANY (one statement, on `jobs`): the ids whose row moved."""
     rows = fetch_all(
         conn,
-        _pg_finish_many(),
+        _pg_finish_many(jobs),
         {
             "job_ids": [f.job_id for f in finishes],
             "statuses": [f.status.value for f in finishes],
@@ -132,9 +144,10 @@ def pg_finish_many(
 
 def sqlite_claim_many(
     conn: Connection, job_ids: Sequence[str], worker_id: str, now: datetime, follow: bool
-) -> list[Claimed | None]:
+) -> dict[str, Claimed]:
     """CLAIM MANY on SQLite: each single claim, in the caller's one transaction."""
-    return [sqlite_claim(conn, job_id, worker_id, now, follow) for job_id in job_ids]
+    won = {job_id: sqlite_claim(conn, job_id, worker_id, now, follow) for job_id in job_ids}
+    return {job_id: claimed for job_id, claimed in won.items() if claimed is not None}
 
 
 def sqlite_finish_many(

@@ -290,14 +290,55 @@ class SqlJobStore(OnDatabase, CheckedJobStore):
     ) -> list[Claimed | None]:
         """CLAIM MANY: each id's claim, one statement (PostgreSQL) or one transaction."""
         with self.db.connection("claim") as conn:
-            run = pg_claim_many if self._pg else sqlite_claim_many
-            return run(conn, job_ids, worker_id, now, follow_plan)
+            if not self._pg:
+                won = sqlite_claim_many(conn, job_ids, worker_id, now, follow_plan)
+            else:
+
+                def claim(jobs: str, ids: list[str]) -> dict[str, Claimed]:
+                    return pg_claim_many(conn, ids, worker_id, now, follow_plan, jobs=jobs)
+
+                won = self._many_at_home(conn, job_ids, claim)
+        return [won.get(job_id) for job_id in job_ids]
 
     def _finish_many(self, finishes: list[Finish], now: datetime, *, follow_plan: bool) -> set[str]:
         """FINISH MANY: each row fenced on its own worker_id; one statement or transaction."""
         with self.db.connection("finish") as conn:
-            run = pg_finish_many if self._pg else sqlite_finish_many
-            return run(conn, finishes, now, follow_plan)
+            if not self._pg:
+                return sqlite_finish_many(conn, finishes, now, follow_plan)
+            by_id = {f.job_id: f for f in finishes}
+
+            def finish(jobs: str, ids: list[str]) -> dict[str, bool]:
+                mine = [by_id[job_id] for job_id in ids]
+                return dict.fromkeys(pg_finish_many(conn, mine, now, follow_plan, jobs=jobs), True)
+
+            return set(self._many_at_home(conn, list(by_id), finish))
+
+    def _many_at_home(
+        self, conn: Connection, job_ids: list[str], run: Callable[[str, list[str]], dict[str, _T]]
+    ) -> dict[str, _T]:
+        """A batch statement per partition its ids are in (one, mostly), then the parent's.
+
+        As the heartbeat: each partition's statement is planned on that table alone; the
+        parent takes the ids no partition of the map holds and those their partition did
+        not match (a lost row, a stale map), so a miss costs a second statement, never a
+        wrong answer.
+        """
+        by_home: dict[str, list[str]] = {}
+        for job_id in job_ids:
+            by_home.setdefault(self._home(conn, job_id), []).append(job_id)
+        at_parent = by_home.pop(JOBS.parent, [])
+        done: dict[str, _T] = {}
+        for home, ids in by_home.items():
+
+            def here(jobs: str, ids: list[str] = ids) -> dict[str, _T]:
+                return run(jobs, ids)
+
+            found = (None if self._homes.given_up else self._on_partition(home, here)) or {}
+            done.update(found)
+            at_parent += [job_id for job_id in ids if job_id not in found]
+        if at_parent:
+            done.update(run(JOBS.parent, at_parent))
+        return done
 
     def _at_home(self, conn: Connection, job_id: str, run: Callable[[str], _T]) -> _T:
         """Run a one-job statement on the job's partition; on the parent if that finds nothing.
