@@ -189,7 +189,9 @@ class AsyncWorker:
         self._active_lock = threading.Lock()
         window = config.group_commit_ms if group_commit_ms is None else group_commit_ms
         #: The one writer of this runner's claims and finishes (a batch per window).
-        self.commits = GroupCommitter(self.ledger, window, active=self.active_jobs)
+        self.commits = GroupCommitter(
+            self.ledger, window, active=self.active_jobs, slots=config.max_workers
+        )
 
     def active_jobs(self) -> int:
         """How many jobs are inside run_job here now (claiming, running or finishing)."""

@@ -8,11 +8,12 @@ sends every claim of the batch in one statement and every finish in one more
 (`JobLedger.claim_many` / `finish_many`), and wakes each job with its own outcome: won,
 lost, or its own exception, exactly as the single statement would have told it.
 
-The window is waited out only while a job that could still join is running: with
-`active` (how many jobs this process is inside, the runner's count) a batch goes as soon
-as every active job is in it, the way PostgreSQL's commit_delay waits only with
-commit_siblings. So a lone job (a quiet pool) never waits, and a busy pool waits at most
-the window for jobs that are about to end.
+The window is waited out only where a sibling may join, as PostgreSQL's commit_delay
+waits only with commit_siblings: `active` (the runner's count of jobs inside run_job
+here) says whether this job is alone (then it goes at once: a quiet pool never waits),
+and `slots` (the process's job slots, its pool's concurrency) when nobody else can
+arrive (every slot is waiting on the writer: it goes at once too). In between, the batch
+waits at most the window for the jobs the pool is about to start or end.
 
 No job body starts before its claim committed, and no finish returns before it committed:
 the caller blocks until the ledger answered for its row. A pipeline's finish (which
@@ -79,7 +80,8 @@ class GroupCommitter:
 
     `claim(job_id, worker_id)` and `finish(job, status, error, worker_id, traceback=,
     pipeline=)` take the arguments of `JobLedger.claim` / `finish` and answer as they do.
-    `active`, if given, counts the jobs in flight that may yet call (the module says why).
+    `active`, if given, counts the jobs in flight, and `slots` the jobs the process can
+    hold at once: who may yet join a batch (the module says why).
     The writer thread starts with the first call; `close()` sends what is pending and
     stops it (calls after close take the single path). A forked child starts afresh.
     """
@@ -92,6 +94,7 @@ class GroupCommitter:
         max_batch: int = DEFAULT_MAX_BATCH,
         clock: Callable[[], float] = time.monotonic,
         active: Callable[[], int] | None = None,
+        slots: int | None = None,
     ) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
@@ -102,6 +105,8 @@ class GroupCommitter:
         self._clock = clock
         #: Jobs that could still join a batch (None: unknown, so the window is waited out).
         self._active = active
+        #: The process's job slots (None: the jobs in flight are all that may join).
+        self.slots = slots
         self._reset()
 
     def _reset(self) -> None:
@@ -113,11 +118,13 @@ class GroupCommitter:
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
-    def set_window(self, window_ms: float) -> None:
-        """Change the window (validated as at construction); 0 sends each call alone."""
+    def set_window(self, window_ms: float, slots: int | None = None) -> None:
+        """Change the window (validated as at construction; 0: each call alone), and slots."""
         window = check_group_commit_ms(window_ms) / 1000.0
         with self._cond:
             self.window = window
+            if slots is not None:
+                self.slots = slots
             self._cond.notify_all()
 
     @property
@@ -257,10 +264,13 @@ class GroupCommitter:
             return batch
 
     def _wanted(self) -> int:
-        """How many calls a batch waits for: max_batch, or every job still in flight."""
+        """How many calls a batch waits for (see the module): 1 for a lone job, else a slot each."""
         if self._active is None:
             return self.max_batch
-        return min(self.max_batch, self._active())
+        running = self._active()
+        if running <= 1:
+            return 1
+        return min(self.max_batch, max(running, self.slots or running))
 
     def _flush(self, batch: list[_Call]) -> None:
         """Send the batch's claims (one write per worker id) and finishes; answer each call."""

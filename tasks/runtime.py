@@ -88,6 +88,7 @@ class Runtime:
         database: Database | None = None,
         *,
         holds_many: bool = False,
+        slots: int | None = None,
     ) -> None:
         self.app = app
         self.config = config
@@ -95,6 +96,8 @@ class Runtime:
         self.node = node
         #: Whether this process runs many jobs at once (a threads/gevent pool): group commit.
         self.holds_many = holds_many
+        #: How many jobs its pool holds at once (the Celery concurrency), where known.
+        self.slots = slots
         #: The redactor every ledger write, task error and log line of this process uses.
         self.redactor = config.redactor
         if database is None and config.auto_migrate:
@@ -142,7 +145,7 @@ class Runtime:
     @cached_property
     def worker(self) -> AsyncWorker:
         """The job runner (claim, execute, finish, heartbeat): built where jobs run only."""
-        return AsyncWorker(
+        runner = AsyncWorker(
             self.config.worker,
             self.jobs,
             self.executors,
@@ -152,17 +155,21 @@ class Runtime:
             jobs=self.service.jobs,
             group_commit_ms=self._group_commit_ms(),
         )
+        if self.slots is not None:  # the pool's concurrency, not PLANQ_MAX_WORKERS
+            runner.commits.slots = self.slots
+        return runner
 
     def _group_commit_ms(self) -> float:
         """The runner's group commit window: the setting's where a process holds many jobs."""
         return self.config.worker.group_commit_ms if self.holds_many else 0.0
 
-    def hold_many(self, many: bool) -> None:
-        """Whether the process runs many jobs at once: its runner groups its writes if so."""
+    def hold_many(self, many: bool, slots: int | None = None) -> None:
+        """Whether the process runs many jobs at once (slots of them): its runner groups if so."""
         self.holds_many = many
+        self.slots = slots
         runner: AsyncWorker | None = self.__dict__.get("worker")
         if runner is not None:
-            runner.commits.set_window(self._group_commit_ms())
+            runner.commits.set_window(self._group_commit_ms(), slots)
 
     def _running_here(self, job_id: str) -> bool:
         """Trip the token of job_id if this process's runner holds it (no runner: False)."""
@@ -253,8 +260,9 @@ class RuntimeHolder:
         self.node: str | None = None
         #: Who owns the runs this node starts (`run_owner_name(node)`, fixed at worker_init).
         self.run_owner: str | None = None
-        #: Whether a process of this node runs many jobs at once (worker_init tells).
+        #: Whether a process of this node runs many jobs at once (worker_init tells), how many.
         self.holds_many = False
+        self.slots: int | None = None
         #: The recoverable jobs registered on the app, by name (tasks/recoverable.py).
         self.handlers: dict[str, RecoverableJobHandler] = {}
 
@@ -267,16 +275,17 @@ class RuntimeHolder:
         if runtime is not None and runtime.pid == os.getpid():
             runtime.name_node(node)
 
-    def hold_many(self, many: bool) -> None:
-        """Record whether this node's processes run many jobs at once (before any runs).
+    def hold_many(self, many: bool, slots: int | None = None) -> None:
+        """Record whether this node's processes run many jobs at once, and how many.
 
         A Runtime built before takes it too (its runner, if built, changes its window).
         """
         with self._lock:
             self.holds_many = many
+            self.slots = slots
             runtime = self._runtime
         if runtime is not None and runtime.pid == os.getpid():
-            runtime.hold_many(many)
+            runtime.hold_many(many, slots)
 
     def get(self, database: Database | None = None) -> Runtime:
         """The Runtime of this process (a forked child drops the parent's, builds its own).
@@ -294,7 +303,12 @@ class RuntimeHolder:
             if runtime is not None:
                 runtime.dispose_after_fork()
             self._runtime = Runtime(
-                self.app, self.config, self.node, database, holds_many=self.holds_many
+                self.app,
+                self.config,
+                self.node,
+                database,
+                holds_many=self.holds_many,
+                slots=self.slots,
             )
             return self._runtime
 

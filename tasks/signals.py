@@ -82,7 +82,9 @@ def connect_signals(app: Celery, preflight: Callable[[], None] | None = None) ->
         node = getattr(sender, "hostname", None)
         if isinstance(node, str) and node:  # every process of the node claims as `<node>/<pid>`
             holder.name_node(node)
-        holder.hold_many(pool_holds_many(sender))  # group commit: threads/gevent pools only
+        concurrency = getattr(sender, "concurrency", None)  # group commit: threads/gevent only
+        slots = concurrency if isinstance(concurrency, int) and concurrency > 0 else None
+        holder.hold_many(pool_holds_many(sender), slots)
         install_revoke_bridge()
         if config.metrics_port:  # in the parent, before any child forks: they inherit it
             metrics.serve_metrics(config.metrics_port, gate=_gate_summary)

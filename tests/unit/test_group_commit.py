@@ -328,3 +328,24 @@ def test_the_ledger_batch_redacts_errors_as_the_single_finish() -> None:
     assert one is not None and many is not None
     assert "hunter2" not in (many.error_message or "") + (many.error_traceback or "")
     assert (many.error_message, many.error_traceback) == (one.error_message, one.error_traceback)
+
+
+def test_a_lone_job_goes_at_once_and_a_full_pool_without_waiting_out_the_window() -> None:
+    """The window never ends by itself here (a frozen clock): who may join decides."""
+    store, ledger = world()
+    jobs = queue(ledger, 4)
+    running = [1]
+    with GroupCommitter(ledger, 50, clock=FROZEN, active=lambda: running[0], slots=3) as gc:
+        assert gc.claim(jobs[0].job_id, A) is not None  # alone: sent at once, no sibling
+        running[0] = 3  # three in flight, three slots: the batch goes when all three wait
+        claimed = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs[1:]])
+        assert all(isinstance(c, Claimed) for c in claimed)
+        assert gc.stats.claim_batches == 2 and gc.stats.largest == 3
+        running[0] = 2  # two in flight of three slots: a third may start, so it waits
+        threading.Thread(
+            target=lambda: gc.finish(claimed[0].job, AsyncJobStatus.succeeded, None, A), daemon=True
+        ).start()
+        wait_for(lambda: gc.pending == 1, what="the finish to wait in the writer")
+        assert gc.stats.finish_batches == 0
+    assert gc.stats.finish_batches == 1  # close sent it
+    assert store.count(AsyncJobStatus.succeeded) == 1
