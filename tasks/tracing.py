@@ -264,6 +264,9 @@ def job_span(
     queue: str | None = None,
 ) -> Iterator[Span]:
     """A phase job's span on the worker, from before its claim to after its finish."""
+    if not active():  # no SDK: nothing records, nothing to attach (the runner's hot path)
+        yield trace.INVALID_SPAN
+        return
     attrs: dict[str, Any] = {JOB_ID: job_id, WORKER: worker_id}
     if queue:
         attrs[QUEUE] = queue
@@ -300,6 +303,9 @@ def job_ended(span: Span, result: str, status: str | None, error: str | None) ->
 @contextmanager
 def ledger_span(statement: str, job_id: str) -> Iterator[Span]:
     """One ledger statement of a job (claim, finish, progress), a child of its job span."""
+    if not active():
+        yield trace.INVALID_SPAN
+        return
     name = SPAN_LEDGER.format(statement=statement)
     with _span(name, SpanKind.CLIENT, {JOB_ID: job_id}) as span:
         yield span
