@@ -18,9 +18,7 @@ library layer.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
-import os
 import pstats
 import statistics
 import sys
@@ -34,8 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.profile_job import by_package  # noqa: E402
-from bench.throughput import create_pg_database, drop_pg_database, seed_plans  # noqa: E402
+from bench.profile_job import by_package, planq_on_throwaway  # noqa: E402
 
 #: The nested steps of `delay()`, outermost first: (what, file, function). Each line's
 #: cumulative CPU includes the lines below it that it calls; the report subtracts.
@@ -75,26 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     p.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
     args = p.parse_args(argv)
-    import redis
-
-    broker = redis.Redis.from_url(args.redis_url)
-    broker.flushdb()
-    db_name, url = create_pg_database(args.pg_admin_url)
-    try:
-        from planq.store.migrate import upgrade
-
-        upgrade(url)
-        per_block = args.calls // args.blocks
-        plan_ids = iter(seed_plans(url, per_block * (args.blocks + 2) + 50))
-        os.environ.update(
-            PLANQ_BROKER_URL=args.redis_url, PLANQ_DATABASE_URL=url, BENCH_BROKER_URL=args.redis_url
-        )
+    per_block = args.calls // args.blocks
+    plans = per_block * (args.blocks + 2) + 50
+    with planq_on_throwaway(
+        args.redis_url, args.pg_admin_url, plans, BENCH_BROKER_URL=args.redis_url
+    ) as (app, seeded):
         import bench.raw_app as raw_app
-        from planq.tasks.runtime import reset_runtime
-        from planq.worker_config.bootstrap import bootstrap
-        from planq.worker_config.settings import load_settings
 
-        app = bootstrap(load_settings())
+        plan_ids = iter(seeded)
         delay = app.tasks["planq.execute_plan"].delay
         apply_async = raw_app.app.tasks["bench.noop"].apply_async
 
@@ -129,11 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         print("\ndelay(), self CPU by layer:")
         for key, share in by_package(prof):
             print(f"  {share * 100:5.1f}%  {key}")
-        reset_runtime(app)
-    finally:
-        with contextlib.suppress(Exception):
-            broker.flushdb()
-        drop_pg_database(args.pg_admin_url, db_name)
     return 0
 
 

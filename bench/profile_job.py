@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,40 @@ def by_package(prof: cProfile.Profile) -> list[tuple[str, float]]:
     return [(k, v / total) for k, v in groups.most_common(20)]
 
 
+@contextlib.contextmanager
+def planq_on_throwaway(
+    redis_url: str, admin_url: str, plans: int, **env: str
+) -> Iterator[tuple[Any, list[str]]]:
+    """A planq app on a throw-away ledger with `plans` plans seeded; all gone after.
+
+    The Redis db is flushed before and after; env (PLANQ_*, BENCH_*) is set first.
+    """
+    import redis
+
+    broker = redis.Redis.from_url(redis_url)
+    broker.flushdb()
+    db_name, url = create_pg_database(admin_url)
+    try:
+        from planq.store.migrate import upgrade
+
+        upgrade(url)
+        plan_ids = seed_plans(url, plans)
+        os.environ.update(PLANQ_BROKER_URL=redis_url, PLANQ_DATABASE_URL=url, **env)
+        from planq.tasks.runtime import reset_runtime
+        from planq.worker_config.bootstrap import bootstrap
+        from planq.worker_config.settings import load_settings
+
+        app = bootstrap(load_settings())
+        try:
+            yield app, plan_ids
+        finally:
+            reset_runtime(app)
+    finally:
+        with contextlib.suppress(Exception):
+            broker.flushdb()
+        drop_pg_database(admin_url, db_name)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--jobs", type=int, default=500)
@@ -123,26 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
-    import redis
+    from planq.tasks.runtime import runtime_for
 
-    broker = redis.Redis.from_url(args.redis_url)
-    broker.flushdb()
-    db_name, url = create_pg_database(args.pg_admin_url)
-    try:
-        from planq.store.migrate import upgrade
-
-        upgrade(url)
-        plan_ids = seed_plans(url, args.warmup + args.jobs)
-        os.environ.update(
-            PLANQ_BROKER_URL=args.redis_url,
-            PLANQ_DATABASE_URL=url,
-            PLANQ_DEFAULT_EXECUTOR=args.executor,
-        )
-        from planq.tasks.runtime import reset_runtime, runtime_for
-        from planq.worker_config.bootstrap import bootstrap
-        from planq.worker_config.settings import load_settings
-
-        app = bootstrap(load_settings())
+    plans = args.warmup + args.jobs
+    with planq_on_throwaway(
+        args.redis_url, args.pg_admin_url, plans, PLANQ_DEFAULT_EXECUTOR=args.executor
+    ) as (app, plan_ids):
         task = app.tasks["planq.execute_plan"]
         runtime = runtime_for(app)
         counter = SqlCounter(runtime.db.engine)
@@ -191,11 +212,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n==== {label}: self time by layer ====")
                 for key, share in by_package(prof):
                     print(f"  {share * 100:5.1f}%  {key}")
-        reset_runtime(app)
-    finally:
-        with contextlib.suppress(Exception):
-            broker.flushdb()
-        drop_pg_database(args.pg_admin_url, db_name)
     return 0
 
 
