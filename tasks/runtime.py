@@ -153,15 +153,17 @@ class Runtime:
             worker_id=self.worker_id_for(self.pid),
             redactor=self.redactor,
             jobs=self.service.jobs,
-            group_commit_ms=self._group_commit_ms(),
         )
-        if self.slots is not None:  # the pool's concurrency, not PLANQ_MAX_WORKERS
-            runner.commits.slots = self.slots
+        self._group_writes(runner)
         return runner
 
-    def _group_commit_ms(self) -> float:
-        """The runner's group commit window: the setting's where a process holds many jobs."""
-        return self.config.worker.group_commit_ms if self.holds_many else 0.0
+    def _group_writes(self, runner: AsyncWorker) -> None:
+        """The runner's group commit: the setting's window where the process holds many jobs.
+
+        Its slots are the pool's concurrency (not PLANQ_MAX_WORKERS); elsewhere it is off.
+        """
+        window = self.config.worker.group_commit_ms if self.holds_many else 0.0
+        runner.commits.set_window(window, self.slots)
 
     def hold_many(self, many: bool, slots: int | None = None) -> None:
         """Whether the process runs many jobs at once (slots of them): its runner groups if so."""
@@ -169,7 +171,7 @@ class Runtime:
         self.slots = slots
         runner: AsyncWorker | None = self.__dict__.get("worker")
         if runner is not None:
-            runner.commits.set_window(self._group_commit_ms(), slots)
+            self._group_writes(runner)
 
     def _running_here(self, job_id: str) -> bool:
         """Trip the token of job_id if this process's runner holds it (no runner: False)."""

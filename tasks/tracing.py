@@ -160,7 +160,12 @@ def _span(
     """The one way planq opens a span: a failure records the exception's type only.
 
     An exception's message may hold a secret, so neither it nor a traceback reaches a span.
+    With no SDK nothing records: no span is started and no context attached (the job's
+    hot path opens three of them).
     """
+    if not active():
+        yield trace.INVALID_SPAN
+        return
     with tracer().start_as_current_span(
         name,
         kind=kind,
@@ -186,7 +191,7 @@ def producer_span(
     Several plans at once (`delay_many`) share one span in the first plan's trace; each
     message still carries its own plan's context (`message_headers`).
     """
-    if not active():  # no SDK: nothing records, so no context to compute (delay()'s hot path)
+    if not active():  # no SDK: `_span` starts nothing, so the parent is not computed either
         yield trace.INVALID_SPAN
         return
     first = next(iter(plan_ids), None)
@@ -264,9 +269,6 @@ def job_span(
     queue: str | None = None,
 ) -> Iterator[Span]:
     """A phase job's span on the worker, from before its claim to after its finish."""
-    if not active():  # no SDK: nothing records, nothing to attach (the runner's hot path)
-        yield trace.INVALID_SPAN
-        return
     attrs: dict[str, Any] = {JOB_ID: job_id, WORKER: worker_id}
     if queue:
         attrs[QUEUE] = queue
@@ -303,9 +305,6 @@ def job_ended(span: Span, result: str, status: str | None, error: str | None) ->
 @contextmanager
 def ledger_span(statement: str, job_id: str) -> Iterator[Span]:
     """One ledger statement of a job (claim, finish, progress), a child of its job span."""
-    if not active():
-        yield trace.INVALID_SPAN
-        return
     name = SPAN_LEDGER.format(statement=statement)
     with _span(name, SpanKind.CLIENT, {JOB_ID: job_id}) as span:
         yield span
