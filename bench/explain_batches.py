@@ -2,8 +2,10 @@
 
 A throw-away PostgreSQL database gets bench/ledger_fill.py's fill at --rows job rows (30
 days of daily partitions, 3,000 queued and 300 running: the live set); then the batch
-claim of 16 queued jobs and the batch finish of 16 running ones are explained inside a
-transaction that is rolled back. Prints each plan's scan nodes, time and shared buffers.
+claim of 16 queued jobs and the batch finish of 16 running ones (each batch's rows in one
+partition) are explained inside a transaction that is rolled back: on the parent, and on
+the partition, as the runner names it (`SqlJobStore._many_at_home`). Prints each plan's
+scan nodes, time (planning and execution) and shared buffers.
 
     .venv/bin/python bench/explain_batches.py --rows 1000000
 """
@@ -25,6 +27,7 @@ from bench.ledger_scale import SPAN, throwaway
 from planq.domain.clock import utcnow
 from planq.store import Database
 from planq.store.migrate import upgrade
+from planq.store.partitions import JOBS
 from planq.store.sql_batch import _pg_claim_many, _pg_finish_many
 
 BATCH = 16
@@ -59,6 +62,22 @@ def report(name: str, doc: dict[str, Any]) -> None:
         print(f"  {kind} x{scans(plan).count(kind)}")
 
 
+def one_partition(conn: Any, status: str, with_worker: bool = False) -> tuple[str, list[Any]]:
+    """BATCH rows of this status in one partition (the most populated): its name, the rows."""
+    rows = conn.execute(
+        text(
+            "SELECT tableoid::regclass::text AS home, job_id, worker_id FROM async_jobs "
+            "WHERE status = :status LIMIT 2000"
+        ),
+        {"status": status},
+    ).all()
+    by_home: dict[str, list[Any]] = {}
+    for row in rows:
+        by_home.setdefault(row.home, []).append(row)
+    home = max(by_home, key=lambda h: len(by_home[h]))
+    return home, by_home[home][:BATCH]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -69,28 +88,15 @@ def main() -> None:
         try:
             fill(db, Shape.over(rows, SPAN, findings=2_000, runs=20))
             with db.engine.connect() as conn:
-                queued = (
-                    conn.execute(
-                        text("SELECT job_id FROM async_jobs WHERE status = 'queued' LIMIT :n"),
-                        {"n": BATCH},
-                    )
-                    .scalars()
-                    .all()
-                )
-                running = conn.execute(
-                    text(
-                        "SELECT job_id, worker_id FROM async_jobs WHERE status = 'running' LIMIT :n"
-                    ),
-                    {"n": BATCH},
-                ).all()
+                home, queued = one_partition(conn, "queued")
+                running_home, running = one_partition(conn, "running", with_worker=True)
                 now = utcnow()
                 claim = {
-                    "job_ids": list(queued),
+                    "job_ids": [r.job_id for r in queued],
                     "worker_id": "bench/1",
                     "now": now,
                     "follow": True,
                 }
-                report(f"claim_many({BATCH})", explained(conn, _pg_claim_many(), claim))
                 finish = {
                     "job_ids": [r.job_id for r in running],
                     "statuses": ["succeeded"] * len(running),
@@ -100,7 +106,19 @@ def main() -> None:
                     "now": now,
                     "follow": True,
                 }
-                report(f"finish_many({BATCH})", explained(conn, _pg_finish_many(), finish))
+                # The parent's form, then the runner's: the statement named on the partition.
+                for table, where in ((JOBS.parent, "parent"), (None, "partition")):
+                    on_claim, on_finish = table or home, table or running_home
+                    label = f"{where} {on_claim}" if where == "partition" else where
+                    report(
+                        f"claim_many({len(queued)}) on {label}",
+                        explained(conn, _pg_claim_many(on_claim), claim),
+                    )
+                    report(
+                        f"finish_many({len(running)}) on {where}",
+                        explained(conn, _pg_finish_many(on_finish), finish),
+                    )
+                    conn.rollback()  # nothing claimed or finished stays
                 conn.rollback()  # nothing claimed or finished stays
         finally:
             db.close()
