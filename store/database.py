@@ -136,7 +136,27 @@ def make_hot_engine(url: str, **kwargs: Any) -> Engine:
     # backend on most claims (the bench's threads row: a third more CPU per job).
     kwargs.setdefault("pool_size", HOT_POOL_SIZE)
     kwargs.setdefault("max_overflow", HOT_POOL_SIZE)
-    return make_engine(url, **kwargs)
+    engine = make_engine(url, **kwargs)
+    if engine.dialect.name == "postgresql":
+        event.listen(engine, "connect", _keyed_lookups_only)
+    return engine
+
+
+def _keyed_lookups_only(dbapi_conn: Any, _record: Any) -> None:
+    """`enable_seqscan = off` for the hot engine's sessions: its statements go by key.
+
+    Every hot statement finds its rows by key (a job id, a plan id, a batch of them).
+    psycopg prepares a statement after a few uses, and PostgreSQL keeps the plan it made
+    from the statistics of that moment for the connection's life: a new day's partition
+    (made ahead, empty) gets a Seq Scan, which stays while the partition fills (the bench's
+    prefork row: two scans of the whole partition per job). Off, the planner takes an
+    index whatever the statistics say (the primary key, or the live-set index); a statement
+    with no usable index would still scan. A SET, not a startup option, so poolers that
+    refuse unknown startup parameters (PgBouncer) still connect (docs/ledger.md).
+    """
+    dbapi_conn.execute("SET enable_seqscan = off")
+    if not dbapi_conn.autocommit:  # the SET opened a transaction: keep it for the session
+        dbapi_conn.commit()
 
 
 class Database:
