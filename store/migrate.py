@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,29 +58,65 @@ def migrate_sqlite(url: str) -> bool:
     """A SQLite ledger migrates itself (PostgreSQL only by `planq db upgrade`); True if it did.
 
     The one door for automatic migration (the worker's preflight, each process's Runtime,
-    the CLI's reader): one catalogue query when the file is current, else `upgrade(url)`.
+    the CLI's reader): one catalogue query when the file is current, else `upgrade(url)`
+    under an exclusive lock on the file, asked again inside it: a worker and a producer
+    started together on a new file migrate it once (the second finds it current), where
+    both used to create the same tables ("table ... already exists").
     """
-    from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
+
+    from planq.store.database import normalise_url
+
+    parsed = make_url(normalise_url(url))
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    if _sqlite_revision(url) == HEAD_REVISION:
+        return False
+    with _migrating(parsed.database):
+        if _sqlite_revision(url) == HEAD_REVISION:  # another process migrated it meanwhile
+            return False
+        upgrade(url)
+    return True
+
+
+def _sqlite_revision(url: str) -> str | None:
+    """The SQLite file's Alembic revision; None for a new file (or no file yet)."""
+    from sqlalchemy import create_engine
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.pool import NullPool
 
     from planq.store.database import normalise_url
 
-    if make_url(normalise_url(url)).get_backend_name() != "sqlite":
-        return False
     engine = create_engine(normalise_url(url), poolclass=NullPool)
     try:
         with engine.connect() as conn:
-            current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+            revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     except OperationalError:  # no such table (a new file), or no file yet
-        current = None
+        return None
     finally:
         engine.dispose()
-    if current == HEAD_REVISION:
-        return False
-    upgrade(url)
-    return True
+    return None if revision is None else str(revision)
+
+
+@contextmanager
+def _migrating(database: str | None) -> Iterator[None]:
+    """An exclusive flock on the SQLite file while one process migrates it.
+
+    flock, not SQLite's own locks: those are POSIX record locks, which flock does not see
+    on Linux or the BSDs, so readers and writers of the ledger are not held up by it. An
+    in-memory database is one process's own: nothing to lock.
+    """
+    if not database or database == ":memory:":
+        yield
+        return
+    path = Path(database)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as handle:  # an empty new file is an empty SQLite database
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def downgrade(url: str, revision: str) -> None:
