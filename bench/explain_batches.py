@@ -1,11 +1,13 @@
-"""EXPLAIN (ANALYZE, BUFFERS) of the group commit's batch claim and finish on a filled ledger.
+"""EXPLAIN (ANALYZE, BUFFERS) of the runner's claim and finish, one and a batch, on a filled ledger.
 
 A throw-away PostgreSQL database gets bench/ledger_fill.py's fill at --rows job rows (30
 days of daily partitions, 3,000 queued and 300 running: the live set); then the batch
 claim of 16 queued jobs and the batch finish of 16 running ones (each batch's rows in one
 partition) are explained inside a transaction that is rolled back: on the parent, and on
-the partition, as the runner names it (`SqlJobStore._many_at_home`). Prints each plan's
-scan nodes, time (planning and execution) and shared buffers.
+the partition, as the runner names it (`SqlJobStore._many_at_home`); then the single claim
+and finish on the partition. Each is explained twice: as the default engine's session
+plans it, and as a hot session does (`KEYED_LOOKUPS_ONLY`, store/database.py). Prints each
+plan's scan nodes, time (planning and execution) and shared buffers.
 
     .venv/bin/python bench/explain_batches.py --rows 1000000
 """
@@ -25,10 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.ledger_fill import Shape, fill
 from bench.ledger_scale import SPAN, throwaway
 from planq.domain.clock import utcnow
+from planq.domain.jobs import AsyncJobStatus
 from planq.store import Database
+from planq.store.database import KEYED_LOOKUPS_ONLY
 from planq.store.migrate import upgrade
 from planq.store.partitions import JOBS
 from planq.store.sql_batch import _pg_claim_many, _pg_finish_many
+from planq.store.sql_hot_path import _pg_claim, _pg_finish
 
 BATCH = 16
 
@@ -106,20 +111,41 @@ def main() -> None:
                     "now": now,
                     "follow": True,
                 }
-                # The parent's form, then the runner's: the statement named on the partition.
-                for table, where in ((JOBS.parent, "parent"), (None, "partition")):
-                    on_claim, on_finish = table or home, table or running_home
-                    label = f"{where} {on_claim}" if where == "partition" else where
-                    report(
-                        f"claim_many({len(queued)}) on {label}",
-                        explained(conn, _pg_claim_many(on_claim), claim),
-                    )
-                    report(
-                        f"finish_many({len(running)}) on {where}",
-                        explained(conn, _pg_finish_many(on_finish), finish),
-                    )
-                    conn.rollback()  # nothing claimed or finished stays
-                conn.rollback()  # nothing claimed or finished stays
+                one_claim = {"job_id": queued[0].job_id, "worker_id": "bench/1", "now": now}
+                one_finish = {
+                    "job_id": running[0].job_id,
+                    "now": now,
+                    "error": None,
+                    "traceback": None,
+                    "fenced": True,
+                    "worker_id": running[0].worker_id,
+                }
+                for session in ("default", "hot"):
+                    # The parent's form, then the runner's: the statement named on the partition.
+                    for table, where in ((JOBS.parent, "parent"), (None, "partition")):
+                        if session == "hot":  # a plain SET: the rollback below takes it back
+                            conn.exec_driver_sql(KEYED_LOOKUPS_ONLY)
+                        on_claim, on_finish = table or home, table or running_home
+                        label = f"{where} {on_claim}" if where == "partition" else where
+                        report(
+                            f"{session}: claim_many({len(queued)}) on {label}",
+                            explained(conn, _pg_claim_many(on_claim), claim),
+                        )
+                        report(
+                            f"{session}: finish_many({len(running)}) on {where}",
+                            explained(conn, _pg_finish_many(on_finish), finish),
+                        )
+                        if where == "partition":
+                            report(
+                                f"{session}: claim(1) on {label}",
+                                explained(conn, _pg_claim(home), {**one_claim, "follow": True}),
+                            )
+                            finish_one = _pg_finish(AsyncJobStatus.succeeded, running_home)
+                            report(
+                                f"{session}: finish(1) on {where}",
+                                explained(conn, finish_one, {**one_finish, "follow": True}),
+                            )
+                        conn.rollback()  # nothing claimed or finished stays, nor the SET
         finally:
             db.close()
     print(f"({rows:,} job rows over {SPAN.days} days of daily partitions)")

@@ -142,6 +142,10 @@ def make_hot_engine(url: str, **kwargs: Any) -> Engine:
     return engine
 
 
+#: What a hot session runs when its connection opens (`_keyed_lookups_only`).
+KEYED_LOOKUPS_ONLY = "SET enable_seqscan = off"
+
+
 def _keyed_lookups_only(dbapi_conn: Any, _record: Any) -> None:
     """`enable_seqscan = off` for the hot engine's sessions: its statements go by key.
 
@@ -154,7 +158,7 @@ def _keyed_lookups_only(dbapi_conn: Any, _record: Any) -> None:
     with no usable index would still scan. A SET, not a startup option, so poolers that
     refuse unknown startup parameters (PgBouncer) still connect (docs/ledger.md).
     """
-    dbapi_conn.execute("SET enable_seqscan = off")
+    dbapi_conn.execute(KEYED_LOOKUPS_ONLY)
     if not dbapi_conn.autocommit:  # the SET opened a transaction: keep it for the session
         dbapi_conn.commit()
 
