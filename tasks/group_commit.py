@@ -10,10 +10,15 @@ lost, or its own exception, exactly as the single statement would have told it.
 
 The window is waited out only where a sibling may join, as PostgreSQL's commit_delay
 waits only with commit_siblings: `active` (the runner's count of jobs inside run_job
-here) says whether this job is alone (then it goes at once: a quiet pool never waits),
-and `slots` (the process's job slots, its pool's concurrency) when nobody else can
-arrive (every slot is waiting on the writer: it goes at once too). In between, the batch
-waits at most the window for the jobs the pool is about to start or end.
+here) says whether this job is alone, and `slots` (the process's job slots, its pool's
+concurrency) when nobody else can arrive (every slot is waiting on the writer: the batch
+goes at once). In between, the batch waits at most the window for the jobs the pool is
+about to start or end. A lone job never meets the writer: it sends its single statement
+on its own thread, as with the window at 0, and a batch that holds one call only is sent
+as that call's single statement too. Why: a pool fed one message at a time by Celery's
+consumer mostly holds one job (a short job ends before the next arrives), and there a
+handoff to the writer and back, and the array form of a statement of one, cost the
+worker and PostgreSQL more than they save (bench: docs/benchmarks.md).
 
 No job body starts before its claim committed, and no finish returns before it committed:
 the caller blocks until the ledger answered for its row. A pipeline's finish (which
@@ -55,6 +60,7 @@ class _Call:
     kind: str  #: "claim" or "finish"
     job_id: str
     worker_id: str | None
+    alone: Callable[[], Any]  #: the single statement, for a batch of this call only
     finish: Finish | None = None
     done: threading.Event = field(default_factory=threading.Event)
     outcome: Outcome[Any] | None = None
@@ -66,13 +72,19 @@ class _Call:
 
 @dataclass
 class GroupCommitStats:
-    """What the writer sent: ledger writes and the jobs in them, per kind."""
+    """What the committer sent: ledger writes and the jobs in them, per kind.
+
+    A batch is what the writer sent for the calls it gathered (one call: its single
+    statement); the `_alone` counts are a lone job's calls, sent on the job's own thread.
+    """
 
     claim_batches: int = 0
     claimed_jobs: int = 0
     finish_batches: int = 0
     finished_jobs: int = 0
     largest: int = 0  #: the most jobs in one write
+    claimed_alone: int = 0  #: claims a lone job sent itself, never queued for the writer
+    finished_alone: int = 0  #: finishes a lone job sent itself
 
 
 class GroupCommitter:
@@ -144,8 +156,7 @@ class GroupCommitter:
         if not self.enabled:
             return self.ledger.claim(job_id, worker_id)
         result: Claimed | None = self._submit(
-            _Call("claim", job_id.upper(), worker_id),
-            lambda: self.ledger.claim(job_id, worker_id),
+            _Call("claim", job_id.upper(), worker_id, partial(self.ledger.claim, job_id, worker_id))
         )
         return result
 
@@ -169,7 +180,7 @@ class GroupCommitter:
         if pipeline or not self.enabled:
             return alone()
         item = Finish(job.job_id, status, error, traceback, worker_id)
-        won: bool = self._submit(_Call("finish", job.job_id, worker_id, item), alone)
+        won: bool = self._submit(_Call("finish", job.job_id, worker_id, alone, item))
         return won
 
     def close(self) -> None:
@@ -189,22 +200,35 @@ class GroupCommitter:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _submit(self, call: _Call, alone: Callable[[], Any]) -> Any:
-        """Queue call for the writer and wait for its own outcome (raised if an error)."""
+    def _submit(self, call: _Call) -> Any:
+        """Queue call for the writer and wait for its own outcome (raised if an error).
+
+        A lone job (nothing pending, no other job in flight) sends it itself, at once.
+        """
         if os.getpid() != self._pid:  # a forked child: the parent's writer is not here
             self._reset()
         with self._cond:
-            if self._closing:
-                return alone()
-            self._pending.append(call)
-            if len(self._pending) == 1:
-                self._first_at = self._clock()
-            self._start()
-            self._cond.notify_all()
+            lone = not self._pending and self._active is not None and self._active() <= 1
+            if lone and call.kind == "claim":
+                self.stats.claimed_alone += 1
+            elif lone:
+                self.stats.finished_alone += 1
+            elif self._closing:
+                lone = True
+            else:
+                self._pending.append(call)
+                if len(self._pending) == 1:
+                    self._first_at = self._clock()
+                    self._start()
+                    self._cond.notify_all()  # the writer waits for a first call
+                elif len(self._pending) >= self._wanted():
+                    self._cond.notify_all()  # the batch is full: no need to wait out the window
+        if lone:
+            return call.alone()
         while not call.done.wait(_LIVENESS):
             if not self._writer_alive() and self._withdraw(call):
                 logger.error("group commit: the writer is gone; job %s writes alone", call.job_id)
-                return alone()
+                return call.alone()
         assert call.outcome is not None
         return call.outcome.get()
 
@@ -291,6 +315,14 @@ class GroupCommitter:
             self._send(chunk, partial(self.ledger.finish_many, items), "finish")
 
     def _send(self, calls: list[_Call], write: Callable[[], list[Outcome[Any]]], kind: str) -> None:
+        """One write for the calls (one call: its single statement); answer each call."""
+        if len(calls) == 1:
+            write = partial(_single, calls[0].alone)
+        self._write(calls, write, kind)
+
+    def _write(
+        self, calls: list[_Call], write: Callable[[], list[Outcome[Any]]], kind: str
+    ) -> None:
         try:
             outcomes = write()
             if len(outcomes) != len(calls):
@@ -311,6 +343,14 @@ class GroupCommitter:
         self.stats.largest = max(self.stats.largest, len(calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             call.answer(outcome)
+
+
+def _single(alone: Callable[[], Any]) -> list[Outcome[Any]]:
+    """A batch of one as the single statement: its value, or its own error as its outcome."""
+    try:
+        return [Outcome(alone())]
+    except Exception as exc:
+        return [Outcome.failed(exc)]
 
 
 def _chunks(calls: list[_Call], size: int) -> list[list[_Call]]:

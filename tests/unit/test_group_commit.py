@@ -194,7 +194,8 @@ def test_two_deliveries_of_one_job_in_one_window_one_wins() -> None:
     with GroupCommitter(ledger, 50, max_batch=1, clock=FROZEN) as gc:
         results = in_threads([lambda: gc.claim(job.job_id, A), lambda: gc.claim(job.job_id, A)])
     assert sorted(r is None for r in results) == [False, True]
-    assert store.calls["claim_many"] == 2  # the duplicate waited for the next write
+    # the duplicate waited for the next write; a write of one call is its single statement
+    assert gc.stats.claim_batches == store.calls["claim"] == 2 and store.calls["claim_many"] == 0
 
 
 def test_a_rejected_batch_fails_only_the_job_whose_row_is_refused() -> None:
@@ -260,26 +261,28 @@ def test_an_outage_past_its_budget_reaches_every_waiting_job(
 
 def test_no_caller_returns_before_its_write_committed() -> None:
     store, ledger = world()
-    [job] = queue(ledger, 1)
+    jobs = queue(ledger, 2)
     store.gate = threading.Event()
-    returned = threading.Event()
-    with GroupCommitter(ledger, 50, max_batch=1, clock=FROZEN) as gc:
-
-        def claim() -> None:
-            gc.claim(job.job_id, A)
-            returned.set()
-
-        caller = threading.Thread(target=claim)
-        caller.start()
-        assert store.entered.wait(30)  # the writer is inside the store's write
-        assert not returned.is_set()  # the job's thread still waits for it
-        row = store.get(job.job_id)
-        assert row is not None and row.status is AsyncJobStatus.queued
+    returned: list[Any] = []
+    with GroupCommitter(ledger, 50, max_batch=2, clock=FROZEN) as gc:
+        callers = [
+            threading.Thread(target=lambda j=j: returned.append(gc.claim(j.job_id, A)))
+            for j in jobs
+        ]
+        for caller in callers:
+            caller.start()
+        assert store.entered.wait(30)  # the writer is inside the store's write of both
+        assert not returned  # neither job's thread has returned: both wait for it
+        for job in jobs:
+            row = store.get(job.job_id)
+            assert row is not None and row.status is AsyncJobStatus.queued
         store.gate.set()
-        caller.join(30)
-        assert returned.is_set()
-    row = store.get(job.job_id)
-    assert row is not None and row.status is AsyncJobStatus.running
+        for caller in callers:
+            caller.join(30)
+        assert len(returned) == 2 and all(isinstance(r, Claimed) for r in returned)
+    for job in jobs:
+        row = store.get(job.job_id)
+        assert row is not None and row.status is AsyncJobStatus.running
 
 
 def test_close_sends_what_is_pending_and_later_calls_go_alone() -> None:
@@ -336,11 +339,13 @@ def test_a_lone_job_goes_at_once_and_a_full_pool_without_waiting_out_the_window(
     jobs = queue(ledger, 4)
     running = [1]
     with GroupCommitter(ledger, 50, clock=FROZEN, active=lambda: running[0], slots=3) as gc:
-        assert gc.claim(jobs[0].job_id, A) is not None  # alone: sent at once, no sibling
+        assert gc.claim(jobs[0].job_id, A) is not None  # alone: its own statement, at once
+        assert (gc.stats.claimed_alone, gc.stats.claim_batches, store.calls["claim"]) == (1, 0, 1)
+        assert gc._thread is None  # the writer was never needed
         running[0] = 3  # three in flight, three slots: the batch goes when all three wait
         claimed = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs[1:]])
         assert all(isinstance(c, Claimed) for c in claimed)
-        assert gc.stats.claim_batches == 2 and gc.stats.largest == 3
+        assert gc.stats.claim_batches == 1 and gc.stats.largest == 3
         running[0] = 2  # two in flight of three slots: a third may start, so it waits
         threading.Thread(
             target=lambda: gc.finish(claimed[0].job, AsyncJobStatus.succeeded, None, A), daemon=True
