@@ -188,7 +188,7 @@ class AsyncWorker:
         self._active = 0
         self._active_lock = threading.Lock()
         window = config.group_commit_ms if group_commit_ms is None else group_commit_ms
-        #: The one writer of this runner's claims and finishes (a batch per window).
+        #: The group commit of this runner's claims and finishes (a batch per window).
         self.commits = GroupCommitter(
             self.ledger, window, active=self.active_jobs, slots=config.max_workers
         )
@@ -419,7 +419,7 @@ class AsyncWorker:
         self._poller.stop(timeout)
 
     def close(self) -> None:
-        """Send the pending claims and finishes, stop the writer and the heartbeat thread."""
+        """Send the pending claims and finishes, stop the heartbeat thread."""
         self.commits.close()
         self.tracker.close()
 

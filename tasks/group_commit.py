@@ -1,24 +1,26 @@
-"""Group commit: one writer per process sends many jobs' claims (or finishes) in one write.
+"""Group commit: many jobs' claims (or finishes) in one write, per process.
 
 A process that holds many jobs at once (`-P threads -c 16`, gevent, the AsyncWorker's
 threads) pays a round trip and a commit per claim and per finish. Here a job's thread
-hands its claim or finish to the process's one `GroupCommitter` and blocks; the writer
-waits at most `window_ms` after the first call of a batch (PLANQ_GROUP_COMMIT_MS), then
-sends every claim of the batch in one statement and every finish in one more
-(`JobLedger.claim_many` / `finish_many`), and wakes each job with its own outcome: won,
-lost, or its own exception, exactly as the single statement would have told it.
+hands its claim or finish to the process's one `GroupCommitter`. The first call of a
+batch leads it, as PostgreSQL's own group commit lets the first backend flush for the
+others: on its own thread it waits at most `window_ms` (PLANQ_GROUP_COMMIT_MS) for
+siblings, then sends every claim of the batch in one statement and every finish in one
+more (`JobLedger.claim_many` / `finish_many`) and wakes each follower with its own
+outcome: won, lost, or its own exception, exactly as the single statement would have
+told it. There is no writer thread: the leader writes, and a follower blocks until then.
 
 The window is waited out only where a sibling may join, as PostgreSQL's commit_delay
 waits only with commit_siblings: `active` (the runner's count of jobs inside run_job
 here) says whether this job is alone, and `slots` (the process's job slots, its pool's
-concurrency) when nobody else can arrive (every slot is waiting on the writer: the batch
+concurrency) when nobody else can arrive (every slot is waiting in the batch: it
 goes at once). In between, the batch waits at most the window for the jobs the pool is
-about to start or end. A lone job never meets the writer: it sends its single statement
+about to start or end. A lone job joins no batch: it sends its single statement
 on its own thread, as with the window at 0, and a batch that holds one call only is sent
 as that call's single statement too. Why: a pool fed one message at a time by Celery's
 consumer mostly holds one job (a short job ends before the next arrives), and there a
-handoff to the writer and back, and the array form of a statement of one, cost the
-worker and PostgreSQL more than they save (bench: docs/benchmarks.md).
+handoff to another thread and back, and the array form of a statement of one, cost the
+worker and PostgreSQL more than they save (docs/group_commit.md).
 
 No job body starts before its claim committed, and no finish returns before it committed:
 the caller blocks until the ledger answered for its row. A pipeline's finish (which
@@ -49,13 +51,13 @@ logger = logging.getLogger("planq.group_commit")
 #: The most jobs of one kind in one statement: a full batch is sent without waiting out
 #: the window (a process holds at most MAX_WORKERS jobs; this bounds the arrays).
 DEFAULT_MAX_BATCH = 256
-#: How often a waiting job looks whether the writer is still alive (it always should be).
+#: How often a follower looks whether its batch still has a leader (it always should).
 _LIVENESS = 1.0
 
 
 @dataclass(eq=False)
 class _Call:
-    """One job's claim or finish, waiting for the writer."""
+    """One job's claim or finish, waiting in a batch."""
 
     kind: str  #: "claim" or "finish"
     job_id: str
@@ -74,7 +76,7 @@ class _Call:
 class GroupCommitStats:
     """What the committer sent: ledger writes and the jobs in them, per kind.
 
-    A batch is what the writer sent for the calls it gathered (one call: its single
+    A batch is what a leader sent for the calls it gathered (one call: its single
     statement); the `_alone` counts are a lone job's calls, sent on the job's own thread.
     """
 
@@ -83,19 +85,19 @@ class GroupCommitStats:
     finish_batches: int = 0
     finished_jobs: int = 0
     largest: int = 0  #: the most jobs in one write
-    claimed_alone: int = 0  #: claims a lone job sent itself, never queued for the writer
+    claimed_alone: int = 0  #: claims a lone job sent itself, in no batch
     finished_alone: int = 0  #: finishes a lone job sent itself
 
 
 class GroupCommitter:
-    """The process's one writer of job claims and finishes (thread-safe; see the module).
+    """The process's group commit of job claims and finishes (thread-safe; see the module).
 
     `claim(job_id, worker_id)` and `finish(job, status, error, worker_id, traceback=,
     pipeline=)` take the arguments of `JobLedger.claim` / `finish` and answer as they do.
     `active`, if given, counts the jobs in flight, and `slots` the jobs the process can
     hold at once: who may yet join a batch (the module says why).
-    The writer thread starts with the first call; `close()` sends what is pending and
-    stops it (calls after close take the single path). A forked child starts afresh.
+    `close()` sends what is pending and waits for every batch in flight (calls after close
+    take the single path). A forked child starts afresh.
     """
 
     def __init__(
@@ -125,9 +127,11 @@ class GroupCommitter:
         self._cond = threading.Condition()
         self._pending: list[_Call] = []
         self._first_at = 0.0
+        #: A call is gathering `_pending` into its batch (set by the first, until it sends).
+        self._leading = False
+        self._flushing = 0  #: batches being written now
         self._closing = False
         self._closed = False
-        self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
     def set_window(self, window_ms: float, slots: int | None = None) -> None:
@@ -146,7 +150,7 @@ class GroupCommitter:
 
     @property
     def pending(self) -> int:
-        """Calls waiting for the writer now."""
+        """Calls waiting in the batch being gathered now."""
         with self._cond:
             return len(self._pending)
 
@@ -184,14 +188,12 @@ class GroupCommitter:
         return won
 
     def close(self) -> None:
-        """Send what is pending, stop the writer and wait for it; later calls go alone."""
+        """Send what is pending and wait until every batch is written; later calls go alone."""
         with self._cond:
             self._closing = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-        with self._cond:
+            self._cond.notify_all()  # a leader waiting out its window sends now
+            while self._pending or self._leading or self._flushing:
+                self._cond.wait(_LIVENESS)
             self._closed = True
 
     def __enter__(self) -> GroupCommitter:
@@ -201,14 +203,15 @@ class GroupCommitter:
         self.close()
 
     def _submit(self, call: _Call) -> Any:
-        """Queue call for the writer and wait for its own outcome (raised if an error).
+        """Join (or lead) a batch and return this call's own outcome (raised if an error).
 
         A lone job (nothing pending, no other job in flight) sends it itself, at once.
         """
-        if os.getpid() != self._pid:  # a forked child: the parent's writer is not here
+        if os.getpid() != self._pid:  # a forked child: the parent's batches are not here
             self._reset()
         with self._cond:
             lone = not self._pending and self._active is not None and self._active() <= 1
+            lead = False
             if lone and call.kind == "claim":
                 self.stats.claimed_alone += 1
             elif lone:
@@ -217,75 +220,54 @@ class GroupCommitter:
                 lone = True
             else:
                 self._pending.append(call)
-                if len(self._pending) == 1:
+                if not self._leading:
+                    self._leading = lead = True
                     self._first_at = self._clock()
-                    self._start()
-                    self._cond.notify_all()  # the writer waits for a first call
                 elif len(self._pending) >= self._wanted():
-                    self._cond.notify_all()  # the batch is full: no need to wait out the window
+                    self._cond.notify_all()  # the batch is full: its leader need not wait
         if lone:
             return call.alone()
+        if lead:
+            self._lead()
         while not call.done.wait(_LIVENESS):
-            if not self._writer_alive() and self._withdraw(call):
-                logger.error("group commit: the writer is gone; job %s writes alone", call.job_id)
-                return call.alone()
+            with self._cond:  # a leader that died (it cannot, short of the process) is replaced
+                orphan = call in self._pending and not self._leading
+                if orphan:
+                    self._leading = True
+                    self._first_at = self._clock()
+            if orphan:
+                logger.error("group commit: a batch lost its leader; job %s leads", call.job_id)
+                self._lead()
         assert call.outcome is not None
         return call.outcome.get()
 
-    def _start(self) -> None:
-        """Start the writer if it is not running (the caller holds the condition)."""
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(
-                target=self._run, name="planq-group-commit", daemon=True
-            )
-            self._thread.start()
-
-    def _writer_alive(self) -> bool:
-        thread = self._thread
-        return thread is not None and thread.is_alive()
-
-    def _withdraw(self, call: _Call) -> bool:
-        """Take call back from the queue; False if the writer already took it."""
-        with self._cond:
-            if call in self._pending:
-                self._pending.remove(call)
-                return True
-            return False
-
-    # -- the writer --------------------------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            self._flush(batch)
-
-    def _next_batch(self) -> list[_Call] | None:
-        """Wait for a batch: the window after its first call, or a full batch, or close."""
-        with self._cond:
-            while not self._pending and not self._closing:
-                self._cond.wait()
-            if not self._pending:
-                return None  # closing, nothing left
-            while not self._closing and len(self._pending) < self._wanted():
-                left = self._first_at + self.window - self._clock()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            batch: list[_Call] = []
-            later: list[_Call] = []
-            seen: set[tuple[str, str]] = set()
-            for call in self._pending:
-                key = (call.kind, call.job_id)
-                if key in seen or len(batch) >= 2 * self.max_batch:
-                    later.append(call)  # the same job twice (a duplicate delivery): next write
+    def _lead(self) -> None:
+        """Gather the batch (the window, a full batch, or close), write it; again if any is left."""
+        more = True
+        while more:
+            with self._cond:
+                while not self._closing and len(self._pending) < self._wanted():
+                    left = self._first_at + self.window - self._clock()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch, self._pending = _split(self._pending, 2 * self.max_batch)
+                more = bool(self._pending)  # the same job twice (a duplicate delivery): next
+                if more:
+                    self._first_at = self._clock()
                 else:
-                    seen.add(key)
-                    batch.append(call)
-            self._pending = later
-            if later:
-                self._first_at = self._clock()
-            return batch
+                    self._leading = False  # the next call leads the next batch
+                self._flushing += 1
+            try:
+                self._flush(batch)
+            except BaseException:
+                with self._cond:  # leave what is left to its followers (they take over)
+                    self._leading = False
+                raise
+            finally:
+                with self._cond:
+                    self._flushing -= 1
+                    self._cond.notify_all()
 
     def _wanted(self) -> int:
         """How many calls a batch waits for (see the module): 1 for a lone job, else a slot each."""
@@ -351,6 +333,21 @@ def _single(alone: Callable[[], Any]) -> list[Outcome[Any]]:
         return [Outcome(alone())]
     except Exception as exc:
         return [Outcome.failed(exc)]
+
+
+def _split(pending: list[_Call], most: int) -> tuple[list[_Call], list[_Call]]:
+    """The batch to send now and the rest: a job's second call of a kind, or past `most`, waits."""
+    batch: list[_Call] = []
+    later: list[_Call] = []
+    seen: set[tuple[str, str]] = set()
+    for call in pending:
+        key = (call.kind, call.job_id)
+        if key in seen or len(batch) >= most:
+            later.append(call)
+        else:
+            seen.add(key)
+            batch.append(call)
+    return batch, later
 
 
 def _chunks(calls: list[_Call], size: int) -> list[list[_Call]]:

@@ -3,7 +3,7 @@
 The choice is made at worker_init from the WorkController's pool and concurrency
 (`tasks/signals.pool_holds_many`); the runtime's runner takes the window from
 PLANQ_GROUP_COMMIT_MS only there. The embedded worker (a real Celery threads pool) shows
-the whole path: its jobs' claims and finishes go through the group commit's writer.
+the whole path: its jobs' claims and finishes go through the group commit.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import Claimed, Finish
 from planq.store import InMemoryJobStore, in_memory_ledger
 from planq.store.memory import InMemoryPlanStore
-from planq.tasks.group_commit import GroupCommitter
+from planq.tasks.group_commit import GroupCommitStats, GroupCommitter
 from tests.support import wait_for
 
 A, B = "node-a/1", "node-b/2"
@@ -40,6 +40,7 @@ class CountingStore(InMemoryJobStore):
         self.poison: set[str] = set()  #: job ids whose single finish the ledger rejects
         self.gate: threading.Event | None = None  #: batches wait for it
         self.entered = threading.Event()
+        self.writers: list[threading.Thread] = []  #: the thread of each batch write
         self.inside = False  #: in a batch: the memory batch runs the singles, not counted
 
     def _claim(self, *args: Any, **kwargs: Any) -> Any:
@@ -54,6 +55,7 @@ class CountingStore(InMemoryJobStore):
 
     def _batch(self, kind: str) -> None:
         self.calls[kind] += 1
+        self.writers.append(threading.current_thread())
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(30), "the test never opened the gate"
@@ -134,6 +136,29 @@ def test_sixteen_threads_claim_and_finish_in_one_write_each() -> None:
     assert store.count(AsyncJobStatus.succeeded) == 16
 
 
+def test_a_batch_is_written_by_its_first_call_on_its_own_thread() -> None:
+    """Leader and followers: no writer thread; the first caller writes for all."""
+    store, ledger = world()
+    jobs = queue(ledger, 3)
+    before = set(threading.enumerate())
+    with GroupCommitter(ledger, 50, max_batch=3, clock=FROZEN) as gc:
+
+        def claim(job_id: str) -> None:
+            gc.claim(job_id, A)
+
+        first = threading.Thread(target=claim, args=(jobs[0].job_id,))
+        first.start()
+        wait_for(lambda: gc.pending == 1, what="the first claim to lead its batch")
+        rest = [threading.Thread(target=claim, args=(j.job_id,)) for j in jobs[1:]]
+        for t in rest:
+            t.start()
+        for t in (first, *rest):
+            t.join(30)
+        assert set(threading.enumerate()) <= before  # no thread of the committer's own
+    assert store.writers == [first] and gc.stats.largest == 3
+    assert store.count(AsyncJobStatus.running) == 3
+
+
 def test_window_zero_is_the_single_statement_on_the_callers_thread() -> None:
     store, ledger = world()
     [job] = queue(ledger, 1)
@@ -142,7 +167,7 @@ def test_window_zero_is_the_single_statement_on_the_callers_thread() -> None:
     assert claimed is not None
     assert gc.finish(claimed.job, AsyncJobStatus.succeeded, None, A) is True
     assert store.calls == {"claim": 1, "claim_many": 0, "finish": 1, "finish_many": 0}
-    assert not gc.enabled and gc._thread is None  # no writer was started
+    assert not gc.enabled and gc.stats == GroupCommitStats()  # nothing was grouped
     gc.close()
 
 
@@ -271,7 +296,7 @@ def test_no_caller_returns_before_its_write_committed() -> None:
         ]
         for caller in callers:
             caller.start()
-        assert store.entered.wait(30)  # the writer is inside the store's write of both
+        assert store.entered.wait(30)  # the leader is inside the store's write of both
         assert not returned  # neither job's thread has returned: both wait for it
         for job in jobs:
             row = store.get(job.job_id)
@@ -301,7 +326,7 @@ def test_close_sends_what_is_pending_and_later_calls_go_alone() -> None:
         t.join(10)
     assert len(results) == 3 and all(isinstance(r, Claimed) for r in results)
     assert store.calls["claim_many"] == 1
-    assert gc._thread is not None and not gc._thread.is_alive()
+    assert gc.pending == 0 and not gc._leading and not gc._flushing  # nothing left in flight
     assert gc.claim(jobs[3].job_id, A) is not None  # after close: the single statement
     assert store.calls["claim"] == 1 and store.calls["claim_many"] == 1
 
@@ -341,7 +366,6 @@ def test_a_lone_job_goes_at_once_and_a_full_pool_without_waiting_out_the_window(
     with GroupCommitter(ledger, 50, clock=FROZEN, active=lambda: running[0], slots=3) as gc:
         assert gc.claim(jobs[0].job_id, A) is not None  # alone: its own statement, at once
         assert (gc.stats.claimed_alone, gc.stats.claim_batches, store.calls["claim"]) == (1, 0, 1)
-        assert gc._thread is None  # the writer was never needed
         running[0] = 3  # three in flight, three slots: the batch goes when all three wait
         claimed = in_threads([lambda j=j: gc.claim(j.job_id, A) for j in jobs[1:]])
         assert all(isinstance(c, Claimed) for c in claimed)
@@ -350,7 +374,7 @@ def test_a_lone_job_goes_at_once_and_a_full_pool_without_waiting_out_the_window(
         threading.Thread(
             target=lambda: gc.finish(claimed[0].job, AsyncJobStatus.succeeded, None, A), daemon=True
         ).start()
-        wait_for(lambda: gc.pending == 1, what="the finish to wait in the writer")
+        wait_for(lambda: gc.pending == 1, what="the finish to wait in its batch")
         assert gc.stats.finish_batches == 0
     assert gc.stats.finish_batches == 1  # close sent it
     assert store.count(AsyncJobStatus.succeeded) == 1
