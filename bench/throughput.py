@@ -27,7 +27,8 @@ start), the same PostgreSQL server and, for the Celery rows, the same pool
 
 Optionally (on by default) a `raw+events` row: the raw app with planq's task-event
 settings (worker_send_task_events, task_send_sent_event, task_track_started), so the cost
-of events can be told apart from the cost of the ledger.
+of events can be told apart from the cost of the ledger; with --threads, a
+`raw-threads+events` row too, the same on the threads pool.
 
 For each system the script warms the worker up (not counted), then measures:
   * end to end: from the first enqueue until all N are done (the producer enqueues in a
@@ -349,13 +350,16 @@ class CpuSampler:
     """CPU seconds per process category between two /proc snapshots (Linux only).
 
     Categories: the worker's main process, its pool children, PostgreSQL backends,
-    redis-server, this bench process (the producer) and everything else. A process that
-    exits inside the window is not counted (none of the measured ones do). Procrastinate
-    has no pool children: its worker processes run the jobs and count as "worker main".
+    redis-server, this bench process (the producer), the backend of the bench's own
+    completion poll (BENCH_POLL: harness, not the system: left out of "postgres" and of the
+    total) and everything else. A process that exits inside the window is not counted
+    (none of the measured ones do). Procrastinate has no pool children: its worker
+    processes run the jobs and count as "worker main".
     """
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Worker, poll_backends: Callable[[], set[int]] = set) -> None:
         self.worker = worker
+        self.poll_backends = poll_backends
 
     def _category(self, pid: int, comm: str, pgid: int) -> str:
         leaders = self.worker.pids()
@@ -373,6 +377,7 @@ class CpuSampler:
 
     def snapshot(self) -> dict[int, tuple[str, int]]:
         out: dict[int, tuple[str, int]] = {}
+        polls = self.poll_backends()
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
                 continue
@@ -384,7 +389,7 @@ class CpuSampler:
             fields = raw[raw.rindex(")") + 2 :].split()
             pgid, utime, stime = int(fields[2]), int(fields[11]), int(fields[12])
             pid = int(entry.name)
-            category = self._category(pid, comm, pgid)
+            category = BENCH_POLL if pid in polls else self._category(pid, comm, pgid)
             if category == "postgres" and not _is_backend(entry.path):
                 category = POSTGRES_BACKGROUND
             out[pid] = (category, utime + stime)
@@ -401,6 +406,9 @@ class CpuSampler:
 
 
 POSTGRES_BACKGROUND = "of which postgres background"
+#: The PostgreSQL backend that answers the bench's completion poll (`System.done`, every
+#: --poll seconds once the producer is done): the harness's cost, not the system's.
+BENCH_POLL = "bench poll"
 
 
 def _is_backend(proc: str) -> bool:
@@ -438,7 +446,7 @@ class CpuWindow:
         per["postgres"] += background
         out = {cat: round(ticks / _TICK * 1000.0 / jobs, 3) for cat, ticks in sorted(per.items())}
         out[POSTGRES_BACKGROUND] = round(background / _TICK * 1000.0 / jobs, 3)
-        measured = sum(v for k, v in per.items() if k != "unattributed")
+        measured = sum(v for k, v in per.items() if k not in ("unattributed", BENCH_POLL))
         out["total"] = round(measured / _TICK * 1000.0 / jobs, 3)
         out["machine_busy_pct"] = round(100.0 * busy / max(total_end - self.idle[1], 1), 1)
         out["wall_s"] = round(wall, 3)
@@ -536,6 +544,8 @@ class System:
     reset: Callable[[], None] = lambda: None
     prepare: Callable[[], None] = lambda: None  # before the worker starts (producer conf)
     worker_settings: dict[str, Any] = field(default_factory=dict)  # set for non-Celery systems
+    #: PostgreSQL backend pids of the completion poll's connection (CpuSampler: BENCH_POLL).
+    poll_backends: Callable[[], set[int]] = set
 
 
 def wait_done(system: System, target: int, args: Any, started: float) -> float:
@@ -628,7 +638,7 @@ def stop_py_spy(proc: subprocess.Popen[bytes] | None) -> None:
 def bench_system(system: System, args: Any) -> SystemResult:
     """Start the worker, warm up, then the measured rounds; the worker is always stopped."""
     result = SystemResult(system.name, args.jobs, args.rounds)
-    cpu = CpuSampler(system.worker)
+    cpu = CpuSampler(system.worker, system.poll_backends)
     result.worker_cmd = system.worker.display_cmd
     worker = system.worker
     drain = args.drain and isinstance(worker, WorkerProcess)
@@ -800,6 +810,9 @@ NO_GROUP_COMMIT = "-nogc"
 #: The rows of `--threads N` (one worker process, N jobs at once): raw Celery, planq with
 #: group commit on and off, and Procrastinate (one process, concurrency N).
 RAW_THREADS, PLANQ_THREADS, PEER_THREADS = "raw-threads", "planq-threads", "procrastinate-threads"
+#: raw Celery on the same threads pool with planq's task events on (what Flower needs):
+#: Celery's own share of a planq-threads worker's CPU (with the raw+events row's flag).
+RAW_THREADS_EVENTS = RAW_THREADS + "+events"
 
 
 def otlp_sink(logdir: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -911,7 +924,11 @@ def ledger_system(
             for key in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
                 os.environ.pop(key, None)
 
-    return System(name, worker, app, make_enqueue, done), close
+    def polls() -> set[int]:
+        return {conn["pg"].info.backend_pid}
+
+    system = System(name, worker, app, make_enqueue, done, poll_backends=polls)
+    return system, close
 
 
 # -- Celery with its SQL result backend --------------------------------------------------------
@@ -956,7 +973,14 @@ def celery_sql_system(args: Any, logdir: Path, dsn: str) -> tuple[System, Callab
 
     task = sql_app.app.tasks["bench.noop_sql"]
     worker = WorkerProcess("celery-sql", "bench.celery_sql_app", sql_app.QUEUE, env, args, logdir)
-    system = System("celery-sql", worker, sql_app.app, lambda n: [task.apply_async] * n, done)
+    system = System(
+        "celery-sql",
+        worker,
+        sql_app.app,
+        lambda n: [task.apply_async] * n,
+        done,
+        poll_backends=lambda: {conn["pg"].info.backend_pid},
+    )
     return system, close
 
 
@@ -1020,6 +1044,7 @@ def procrastinate_system(
         lambda n: [peer.noop.defer] * n,
         done,
         worker_settings=settings,
+        poll_backends=lambda: {conn.info.backend_pid},
     )
     return system, close
 
@@ -1100,7 +1125,7 @@ def table(results: dict[str, SystemResult], args: Any) -> str:
 def cpu_table(results: dict[str, SystemResult], which: str) -> str:
     """CPU ms per job by process category (first clean round), and how busy the machine was."""
     cats = ["worker main", "worker children", "postgres", "redis", "bench producer"]
-    cats += ["other", "unattributed"]
+    cats += [BENCH_POLL, "other", "unattributed"]
     cols = [*cats, "total", "machine busy %"]
     header = f"{'system':<22} " + " ".join(f"{c:>{max(len(c), 7)}}" for c in cols)
     lines = [f"CPU ms per job ({which}, first clean round):", header, "-" * len(header)]
@@ -1190,12 +1215,12 @@ def threads_ratios(results: dict[str, SystemResult], threads: int) -> dict[str, 
         row = next((c for c in rows if not disturbed(c)), rows[0])
         return row.get("postgres", 0.0)
 
-    for name in (PLANQ_THREADS, PLANQ_THREADS + NO_GROUP_COMMIT, RAW_THREADS):
+    for name in (PLANQ_THREADS, PLANQ_THREADS + NO_GROUP_COMMIT, RAW_THREADS, RAW_THREADS_EVENTS):
         mine = results.get(name)
         if mine is None:
             continue
         out[f"{name}/{PEER_THREADS} e2e"] = round(mine.jobs_per_s / peer.jobs_per_s, 3)
-        if name != RAW_THREADS and pg(peer) > 0:
+        if not name.startswith(RAW_THREADS) and pg(peer) > 0:
             out[f"{name}/{PEER_THREADS} postgres cpu per job"] = round(pg(mine) / pg(peer), 3)
             out[f"{name} postgres ms per job"] = pg(mine)
     out[f"{PEER_THREADS} postgres ms per job"] = pg(peer)
@@ -1336,6 +1361,13 @@ def main(argv: list[str] | None = None) -> int:
                 results[RAW_THREADS] = bench_system(
                     raw_system(args, logdir, RAW_THREADS, False, ("threads", args.threads)), args
                 )
+                if args.raw_events or args.attribution:
+                    results[RAW_THREADS_EVENTS] = bench_system(
+                        raw_system(
+                            args, logdir, RAW_THREADS_EVENTS, True, ("threads", args.threads)
+                        ),
+                        args,
+                    )
         if args.only in (None, "planq"):
             from planq.store.migrate import upgrade
 
