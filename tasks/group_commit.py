@@ -55,6 +55,16 @@ DEFAULT_MAX_BATCH = 256
 _LIVENESS = 1.0
 
 
+class BatchInterrupted(RuntimeError):
+    """The job writing this call's batch was interrupted before the ledger answered.
+
+    Its thread or greenlet was stopped by something no job catches (a gevent Timeout, a
+    time limit, its greenlet killed): this call's write may or may not have committed, as
+    when a single statement is interrupted in flight. Raised in the follower, never the
+    interrupting exception itself (that one belongs to the leader's own task).
+    """
+
+
 @dataclass(eq=False)
 class _Call:
     """One job's claim or finish, waiting in a batch."""
@@ -228,7 +238,7 @@ class GroupCommitter:
         if lone:
             return call.alone()
         if lead:
-            self._lead()
+            self._lead(call)
         while not call.done.wait(_LIVENESS):
             with self._cond:  # a leader that died (it cannot, short of the process) is replaced
                 orphan = call in self._pending and not self._leading
@@ -237,37 +247,52 @@ class GroupCommitter:
                     self._first_at = self._clock()
             if orphan:
                 logger.error("group commit: a batch lost its leader; job %s leads", call.job_id)
-                self._lead()
+                self._lead(call)
         assert call.outcome is not None
         return call.outcome.get()
 
-    def _lead(self) -> None:
-        """Gather the batch (the window, a full batch, or close), write it; again if any is left."""
+    def _lead(self, own: _Call) -> None:
+        """Gather the batch (the window, a full batch, or close), write it; again if any is left.
+
+        Interrupted (a BaseException in the leader's thread or greenlet: a gevent Timeout,
+        a time limit), it writes nothing more: its own call is withdrawn, every call of the
+        batch not yet answered learns BatchInterrupted, and what waits in `_pending` is
+        led by one of its followers (`_submit` looks every _LIVENESS seconds).
+        """
         more = True
-        while more:
-            with self._cond:
-                while not self._closing and len(self._pending) < self._wanted():
-                    left = self._first_at + self.window - self._clock()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch, self._pending = _split(self._pending, 2 * self.max_batch)
-                more = bool(self._pending)  # the same job twice (a duplicate delivery): next
-                if more:
-                    self._first_at = self._clock()
-                else:
-                    self._leading = False  # the next call leads the next batch
-                self._flushing += 1
-            try:
-                self._flush(batch)
-            except BaseException:
-                with self._cond:  # leave what is left to its followers (they take over)
-                    self._leading = False
-                raise
-            finally:
+        batch: list[_Call] = []
+        try:
+            while more:
                 with self._cond:
-                    self._flushing -= 1
-                    self._cond.notify_all()
+                    while not self._closing and len(self._pending) < self._wanted():
+                        left = self._first_at + self.window - self._clock()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    batch, self._pending = _split(self._pending, 2 * self.max_batch)
+                    more = bool(self._pending)  # a job's second call (a duplicate): next
+                    if more:
+                        self._first_at = self._clock()
+                    else:
+                        self._leading = False  # the next call leads the next batch
+                    self._flushing += 1
+                try:
+                    self._flush(batch)
+                finally:
+                    with self._cond:
+                        self._flushing -= 1
+                        self._cond.notify_all()
+        except BaseException as exc:
+            with self._cond:
+                if own in self._pending:
+                    self._pending.remove(own)
+                self._leading = False
+                self._cond.notify_all()
+            interrupted = _interrupted(exc)
+            for call in batch:
+                if not call.done.is_set():
+                    call.answer(Outcome.failed(interrupted))
+            raise
 
     def _wanted(self) -> int:
         """How many calls a batch waits for (see the module): 1 for a lone job, else a slot each."""
@@ -311,8 +336,9 @@ class GroupCommitter:
                 raise RuntimeError(f"{kind} batch answered {len(outcomes)} of {len(calls)} jobs")
         except BaseException as exc:  # never leave a job waiting: each learns the failure
             logger.exception("group commit: a %s batch of %d jobs failed", kind, len(calls))
+            failure = exc if isinstance(exc, Exception) else _interrupted(exc)
             for call in calls:
-                call.answer(Outcome.failed(exc))
+                call.answer(Outcome.failed(failure))
             if not isinstance(exc, Exception):
                 raise
             return
@@ -325,6 +351,14 @@ class GroupCommitter:
         self.stats.largest = max(self.stats.largest, len(calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             call.answer(outcome)
+
+
+def _interrupted(exc: BaseException) -> BatchInterrupted:
+    """What a follower raises when its leader was stopped by exc."""
+    return BatchInterrupted(
+        f"the job writing this batch was interrupted ({type(exc).__name__}) before the "
+        "ledger answered; this write may or may not have committed"
+    )
 
 
 def _single(alone: Callable[[], Any]) -> list[Outcome[Any]]:

@@ -22,7 +22,7 @@ from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import Claimed, Finish
 from planq.store import InMemoryJobStore, in_memory_ledger
 from planq.store.memory import InMemoryPlanStore
-from planq.tasks.group_commit import GroupCommitStats, GroupCommitter
+from planq.tasks.group_commit import BatchInterrupted, GroupCommitStats, GroupCommitter
 from tests.support import wait_for
 
 A, B = "node-a/1", "node-b/2"
@@ -41,6 +41,7 @@ class CountingStore(InMemoryJobStore):
         self.gate: threading.Event | None = None  #: batches wait for it
         self.entered = threading.Event()
         self.writers: list[threading.Thread] = []  #: the thread of each batch write
+        self.interrupt: BaseException | None = None  #: raised by the next batch write
         self.inside = False  #: in a batch: the memory batch runs the singles, not counted
 
     def _claim(self, *args: Any, **kwargs: Any) -> Any:
@@ -64,6 +65,8 @@ class CountingStore(InMemoryJobStore):
             raise LedgerUnavailableError("connection refused")
         if self.reject_batches:
             raise LedgerRejectedError(kind.replace("_many", ""), "ck_test_poison")
+        if self.interrupt is not None:
+            raise self.interrupt
 
     def _claim_many(self, *args: Any, **kwargs: Any) -> Any:
         self._batch("claim_many")
@@ -82,6 +85,22 @@ class CountingStore(InMemoryJobStore):
             self.inside = False
 
 
+class Interrupt(BaseException):
+    """What no job catches: a gevent Timeout, a greenlet killed, a hard time limit."""
+
+
+def catching(fn: Callable[[], Any], into: list[Any]) -> Callable[[], None]:
+    """A thread target keeping what fn returned or raised (BaseException included)."""
+
+    def run() -> None:
+        try:
+            into.append(fn())
+        except BaseException as exc:
+            into.append(exc)
+
+    return run
+
+
 def world() -> tuple[CountingStore, JobLedger]:
     store = CountingStore()
     plans = InMemoryPlanStore(store._shared)  # one ledger with the job store
@@ -98,6 +117,18 @@ def queue(ledger: JobLedger, n: int) -> list[AsyncJob]:
         assert ledger.jobs.queue([job], utcnow()) is not None
         made.append(job)
     return made
+
+
+def in_threads_catching(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run each call on its own thread; what each returned or raised (BaseException too)."""
+    results: list[Any] = []
+    threads = [threading.Thread(target=catching(call, results)) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == len(calls), "a call never returned"
+    return results
 
 
 def in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
@@ -378,3 +409,51 @@ def test_a_lone_job_goes_at_once_and_a_full_pool_without_waiting_out_the_window(
         assert gc.stats.finish_batches == 0
     assert gc.stats.finish_batches == 1  # close sent it
     assert store.count(AsyncJobStatus.succeeded) == 1
+
+
+def test_a_leader_interrupted_in_its_write_fails_its_followers_with_batch_interrupted() -> None:
+    """The interrupting exception stays the leader's; the followers learn BatchInterrupted."""
+    store, ledger = world()
+    jobs = queue(ledger, 3)
+    store.interrupt = Interrupt()
+    with GroupCommitter(ledger, 50, max_batch=3, clock=FROZEN) as gc:
+        results = in_threads_catching([lambda j=j: gc.claim(j.job_id, A) for j in jobs])
+        assert gc.pending == 0 and not gc._leading and not gc._flushing
+    assert sum(isinstance(r, Interrupt) for r in results) == 1  # the leader's own
+    assert sum(isinstance(r, BatchInterrupted) for r in results) == 2
+    assert store.count(AsyncJobStatus.running) == 0  # the write raised before any row
+
+
+def test_a_leader_interrupted_in_its_window_leaves_the_batch_to_a_follower() -> None:
+    """About 1 s: the follower looks for its leader every second."""
+    store, ledger = world()
+    first, second = queue(ledger, 2)
+    armed = threading.Event()
+
+    def clock() -> float:  # frozen, but interrupts the leader once armed
+        if armed.is_set() and threading.current_thread().name == "leader":
+            armed.clear()
+            raise Interrupt()
+        return 0.0
+
+    gc = GroupCommitter(ledger, 50, max_batch=3, clock=clock)
+    led: list[Any] = []
+    followed: list[Any] = []
+    leader = threading.Thread(
+        target=catching(lambda: gc.claim(first.job_id, A), led), name="leader"
+    )
+    leader.start()
+    wait_for(lambda: gc.pending == 1, what="the first claim to lead its batch")
+    follower = threading.Thread(target=catching(lambda: gc.claim(second.job_id, A), followed))
+    follower.start()
+    wait_for(lambda: gc.pending == 2, what="the second claim to follow")
+    armed.set()
+    gc.set_window(50)  # wakes the leader, whose look at the clock is interrupted
+    leader.join(30)
+    assert len(led) == 1 and isinstance(led[0], Interrupt)
+    gc.close()  # the follower, leading now, sends its own claim; the leader's is withdrawn
+    follower.join(30)
+    assert len(followed) == 1 and isinstance(followed[0], Claimed)
+    assert followed[0].job.job_id == second.job_id
+    row = store.get(first.job_id)
+    assert row is not None and row.status is AsyncJobStatus.queued  # withdrawn, not written
