@@ -198,13 +198,24 @@ class GroupCommitter:
         return won
 
     def close(self) -> None:
-        """Send what is pending and wait until every batch is written; later calls go alone."""
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()  # a leader waiting out its window sends now
-            while self._pending or self._leading or self._flushing:
-                self._cond.wait(_LIVENESS)
-            self._closed = True
+        """Send what is pending and wait until every batch is written; later calls go alone.
+
+        Calls left with no leader (theirs was interrupted, and so were they) are sent here.
+        """
+        while True:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()  # a leader waiting out its window sends now
+                if not (self._pending or self._leading or self._flushing):
+                    self._closed = True
+                    return
+                orphaned = bool(self._pending) and not self._leading
+                if orphaned:
+                    self._leading = True
+                else:
+                    self._cond.wait(_LIVENESS)
+            if orphaned:
+                self._lead(None)
 
     def __enter__(self) -> GroupCommitter:
         return self
@@ -251,7 +262,7 @@ class GroupCommitter:
         assert call.outcome is not None
         return call.outcome.get()
 
-    def _lead(self, own: _Call) -> None:
+    def _lead(self, own: _Call | None) -> None:
         """Gather the batch (the window, a full batch, or close), write it; again if any is left.
 
         Interrupted (a BaseException in the leader's thread or greenlet: a gevent Timeout,
@@ -284,7 +295,7 @@ class GroupCommitter:
                         self._cond.notify_all()
         except BaseException as exc:
             with self._cond:
-                if own in self._pending:
+                if own is not None and own in self._pending:
                     self._pending.remove(own)
                 self._leading = False
                 self._cond.notify_all()

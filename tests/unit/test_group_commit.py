@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from planq.domain.plans import Plan, PlanPhase
 from planq.domain.ports import Claimed, Finish
 from planq.store import InMemoryJobStore, in_memory_ledger
 from planq.store.memory import InMemoryPlanStore
-from planq.tasks.group_commit import BatchInterrupted, GroupCommitStats, GroupCommitter
+from planq.tasks.group_commit import BatchInterrupted, GroupCommitStats, GroupCommitter, _Call
 from tests.support import wait_for
 
 A, B = "node-a/1", "node-b/2"
@@ -429,6 +430,7 @@ def test_a_leader_interrupted_in_its_window_leaves_the_batch_to_a_follower() -> 
     store, ledger = world()
     first, second = queue(ledger, 2)
     armed = threading.Event()
+    running = [3]  # three jobs of three slots in flight: the batch waits for a third call
 
     def clock() -> float:  # frozen, but interrupts the leader once armed
         if armed.is_set() and threading.current_thread().name == "leader":
@@ -436,7 +438,7 @@ def test_a_leader_interrupted_in_its_window_leaves_the_batch_to_a_follower() -> 
             raise Interrupt()
         return 0.0
 
-    gc = GroupCommitter(ledger, 50, max_batch=3, clock=clock)
+    gc = GroupCommitter(ledger, 50, clock=clock, active=lambda: running[0], slots=3)
     led: list[Any] = []
     followed: list[Any] = []
     leader = threading.Thread(
@@ -451,9 +453,23 @@ def test_a_leader_interrupted_in_its_window_leaves_the_batch_to_a_follower() -> 
     gc.set_window(50)  # wakes the leader, whose look at the clock is interrupted
     leader.join(30)
     assert len(led) == 1 and isinstance(led[0], Interrupt)
-    gc.close()  # the follower, leading now, sends its own claim; the leader's is withdrawn
-    follower.join(30)
+    running[0] = 1  # the interrupted job has left: the follower's job is alone now
+    follower.join(30)  # it took the lead and sent its own claim; the leader's was withdrawn
     assert len(followed) == 1 and isinstance(followed[0], Claimed)
     assert followed[0].job.job_id == second.job_id
     row = store.get(first.job_id)
     assert row is not None and row.status is AsyncJobStatus.queued  # withdrawn, not written
+    gc.close()
+
+
+def test_close_sends_calls_whose_leader_and_callers_are_all_gone() -> None:
+    """A batch left with no leader and no caller to take it over: close() sends it."""
+    store, ledger = world()
+    [job] = queue(ledger, 1)
+    gc = GroupCommitter(ledger, 50, clock=FROZEN)
+    call = _Call("claim", job.job_id, A, partial(ledger.claim, job.job_id, A))
+    gc._pending.append(call)  # as an interrupted leader leaves its interrupted follower's
+    gc.close()
+    assert call.done.is_set() and isinstance(call.outcome.get(), Claimed)  # type: ignore[union-attr]
+    row = store.get(job.job_id)
+    assert row is not None and row.status is AsyncJobStatus.running
