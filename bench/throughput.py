@@ -353,8 +353,8 @@ class CpuSampler:
     redis-server, this bench process (the producer), the backend of the bench's own
     completion poll (BENCH_POLL: harness, not the system: left out of "postgres" and of the
     total) and everything else. A process that exits inside the window is not counted
-    (none of the measured ones do). Procrastinate has no pool children: its worker
-    processes run the jobs and count as "worker main".
+    (none of the measured ones do); one born inside it counts whole. Procrastinate has no
+    pool children: its worker processes run the jobs and count as "worker main".
     """
 
     def __init__(self, worker: Worker, poll_backends: Callable[[], set[int]] = set) -> None:
@@ -434,8 +434,9 @@ class CpuWindow:
         wall = time.perf_counter() - self.t
         per: Counter[str] = Counter()
         for pid, (cat, ticks) in end.items():
-            if pid in self.snap:
-                per[cat] += ticks - self.snap[pid][1]
+            # A process born inside the window (a backend a pool opened as its threads
+            # needed one) spent all its CPU inside it.
+            per[cat] += ticks - self.snap[pid][1] if pid in self.snap else ticks
         busy = (total_end - self.idle[1]) - (idle_end - self.idle[0])
         # CPU the snapshots cannot name: processes that started and ended inside the window
         # (another test run, say). A large value means the numbers are not trustworthy.
