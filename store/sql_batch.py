@@ -29,12 +29,12 @@ from planq.store.driver import fetch_all
 from planq.store.partitions import JOBS
 from planq.store.sql_hot_path import (
     JOB_FIELDS,
-    _states,
     claim_sql,
     job_from_tuple,
     plan_from_tuple,
     sqlite_claim,
     sqlite_finish,
+    states_sql,
 )
 
 _ENDS = sorted(TERMINAL_STATUSES, key=lambda s: s.value)
@@ -55,12 +55,12 @@ def _pg_finish_many(jobs: str = JOBS.parent) -> TextClause:
     probes every partition's primary key (EXPLAIN on 1M rows: 44 scans, 5.2 ms for 16).
     """
     job_moves = " OR ".join(
-        f"(input.status = '{s.value}' AND j.status IN ({_states(finish_move(s).sources)}))"
+        f"(input.status = '{s.value}' AND j.status IN ({states_sql(finish_move(s).sources)}))"
         for s in _ENDS
     )
     plan_to = " ".join(f"WHEN '{s.value}' THEN '{finish_move(s).plan_to.value}'" for s in _ENDS)
     plan_moves = " OR ".join(
-        f"(job.status = '{s.value}' AND p.status IN ({_states(finish_move(s).plan_sources)}))"
+        f"(job.status = '{s.value}' AND p.status IN ({states_sql(finish_move(s).plan_sources)}))"
         for s in _ENDS
     )
     return text(f"""

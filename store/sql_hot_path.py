@@ -69,7 +69,7 @@ def _values(statuses: frozenset[Any]) -> list[str]:
 
 
 # -- PostgreSQL: one statement each ---------------------------------------------------------
-def _states(statuses: frozenset[Any]) -> str:
+def states_sql(statuses: frozenset[Any]) -> str:
     """A move's source states as an SQL list (constants: no array to send per call)."""
     return ", ".join(f"'{value}'" for value in _values(statuses))
 
@@ -87,7 +87,7 @@ WITH job AS (
     UPDATE {jobs}
        SET status = '{CLAIM.to.value}', worker_id = :worker_id, started_at = :now,
            last_heartbeat = :now
-     WHERE {match} AND status IN ({_states(CLAIM.sources)})
+     WHERE {match} AND status IN ({states_sql(CLAIM.sources)})
        AND cancel_requested_at IS NULL
  RETURNING {JOB_COLUMNS}
 ), plan AS (
@@ -95,7 +95,7 @@ WITH job AS (
        SET status = '{CLAIM.plan_to.value}', version = p.version + 1, updated_at = :now
       FROM job
      WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase
-       AND p.status IN ({_states(CLAIM.plan_sources)})
+       AND p.status IN ({states_sql(CLAIM.plan_sources)})
  RETURNING p.*
 )
 SELECT job.*, {PLAN_OUT} FROM job LEFT JOIN plan ON {join}
@@ -115,7 +115,7 @@ WITH job AS (
     UPDATE {jobs}
        SET status = '{move.to.value}', finished_at = :now, error_message = :error,
            error_traceback = :traceback
-     WHERE job_id = :job_id AND status IN ({_states(move.sources)})
+     WHERE job_id = :job_id AND status IN ({states_sql(move.sources)})
        AND (NOT :fenced OR worker_id = :worker_id)
  RETURNING plan_id, phase
 ), plan AS (
@@ -123,7 +123,7 @@ WITH job AS (
        SET status = '{move.plan_to.value}', version = p.version + 1, updated_at = :now
       FROM job
      WHERE :follow AND p.plan_id = job.plan_id AND p.phase = job.phase
-       AND p.status IN ({_states(move.plan_sources)})
+       AND p.status IN ({states_sql(move.plan_sources)})
  RETURNING p.plan_id
 )
 SELECT count(*) FROM job
@@ -184,7 +184,7 @@ def pg_finish(
 
 
 #: Where a heartbeat or a progress write finds its job: in the state its claim left it.
-_RUNNING_SQL = _states(frozenset({CLAIM.to}))
+_RUNNING_SQL = states_sql(frozenset({CLAIM.to}))
 
 
 @lru_cache(maxsize=128)  # two forms per jobs table
