@@ -3,7 +3,7 @@
 Each test runs sixteen jobs through one `AsyncWorker` whose claims and finishes go through
 its group commit (window 50 ms, the most allowed, so a loaded machine still groups them).
 The executor holds every job at a barrier until all sixteen run, so their finishes reach
-the writer together. What is asserted is per job, as the single statements would leave
+the group commit together. What is asserted is per job, as the single statements would leave
 it: who won, what the row says, and that a job that lost its row wrote nothing.
 """
 
@@ -119,7 +119,7 @@ def test_sixteen_jobs_claim_and_finish_in_batches_of_one_statement_each(
         assert row is not None and row.status is AsyncJobStatus.succeeded
     stats = worker.commits.stats
     claims, finishes = stats.claim_batches, stats.finish_batches
-    # Released together, the finishes meet in the writer (mostly all sixteen in one; a
+    # Released together, the finishes meet in one batch (mostly all sixteen in one; a
     # loaded machine may let the window close on fewer).
     assert finishes < JOBS and stats.largest >= JOBS // 2, stats
     writes = [s for s in sent if s.startswith(("WITH", "UPDATE", "BEGIN"))]
@@ -161,7 +161,7 @@ def test_swept_revoked_and_taken_over_jobs_in_a_batch_learn_they_lost_and_write_
         results = run_all(worker, queued)
     finally:
         worker.close()
-    stats = worker.commits.stats  # every finish went through the writer, in batches
+    stats = worker.commits.stats  # every finish went through the group commit, in batches
     assert stats.finished_jobs == JOBS and stats.largest >= JOBS // 2, stats
     assert results[swept.job_id] is PickupResult.finished_elsewhere
     assert results[taken.job_id] is PickupResult.finished_elsewhere
