@@ -353,13 +353,14 @@ class GroupCommitter:
             if not isinstance(exc, Exception):
                 raise
             return
-        if kind == "claim":
-            self.stats.claim_batches += 1
-            self.stats.claimed_jobs += len(calls)
-        else:
-            self.stats.finish_batches += 1
-            self.stats.finished_jobs += len(calls)
-        self.stats.largest = max(self.stats.largest, len(calls))
+        with self._cond:  # two leaders may be writing at once (one batch, then the next)
+            if kind == "claim":
+                self.stats.claim_batches += 1
+                self.stats.claimed_jobs += len(calls)
+            else:
+                self.stats.finish_batches += 1
+                self.stats.finished_jobs += len(calls)
+            self.stats.largest = max(self.stats.largest, len(calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             call.answer(outcome)
 
