@@ -53,6 +53,9 @@ logger = logging.getLogger("planq.group_commit")
 DEFAULT_MAX_BATCH = 256
 #: How often a follower looks whether its batch still has a leader (it always should).
 _LIVENESS = 1.0
+#: Serialises a forked child's reset; a new lock in every child (`os.register_at_fork`).
+_FORK_GUARD = [threading.Lock()]
+os.register_at_fork(after_in_child=lambda: _FORK_GUARD.__setitem__(0, threading.Lock()))
 
 
 class BatchInterrupted(RuntimeError):
@@ -125,7 +128,6 @@ class GroupCommitter:
         self.ledger = ledger
         self.window = check_group_commit_ms(window_ms) / 1000.0
         self.max_batch = max_batch
-        self.stats = GroupCommitStats()
         self._clock = clock
         #: Jobs that could still join a batch (None: unknown, so the window is waited out).
         self._active = active
@@ -134,6 +136,7 @@ class GroupCommitter:
         self._reset()
 
     def _reset(self) -> None:
+        self.stats = GroupCommitStats()
         self._cond = threading.Condition()
         self._pending: list[_Call] = []
         self._first_at = 0.0
@@ -202,6 +205,7 @@ class GroupCommitter:
 
         Calls left with no leader (theirs was interrupted, and so were they) are sent here.
         """
+        self._after_fork()
         while True:
             with self._cond:
                 self._closing = True
@@ -228,8 +232,7 @@ class GroupCommitter:
 
         A lone job (nothing pending, no other job in flight) sends it itself, at once.
         """
-        if os.getpid() != self._pid:  # a forked child: the parent's batches are not here
-            self._reset()
+        self._after_fork()
         with self._cond:
             lone = not self._pending and self._active is not None and self._active() <= 1
             lead = False
@@ -250,17 +253,30 @@ class GroupCommitter:
             return call.alone()
         if lead:
             self._lead(call)
-        while not call.done.wait(_LIVENESS):
-            with self._cond:  # a leader that died (it cannot, short of the process) is replaced
-                orphan = call in self._pending and not self._leading
+        try:
+            while not call.done.wait(_LIVENESS):
+                with self._cond:  # a leader that was interrupted is replaced
+                    orphan = call in self._pending and not self._leading
+                    if orphan:
+                        self._leading = True
+                        self._first_at = self._clock()
                 if orphan:
-                    self._leading = True
-                    self._first_at = self._clock()
-            if orphan:
-                logger.error("group commit: a batch lost its leader; job %s leads", call.job_id)
-                self._lead(call)
+                    logger.error("group commit: a batch lost its leader; job %s leads", call.job_id)
+                    self._lead(call)
+        except BaseException:  # this follower was stopped: its call, if not yet taken, is not sent
+            with self._cond:
+                if call in self._pending:
+                    self._pending.remove(call)
+            raise
         assert call.outcome is not None
         return call.outcome.get()
+
+    def _after_fork(self) -> None:
+        """A forked child starts afresh: the parent's batches and leaders are not here."""
+        if os.getpid() != self._pid:
+            with _FORK_GUARD[0]:  # two threads making the child's first calls: one resets
+                if os.getpid() != self._pid:
+                    self._reset()
 
     def _lead(self, own: _Call | None) -> None:
         """Gather the batch (the window, a full batch, or close), write it; again if any is left.
@@ -271,7 +287,7 @@ class GroupCommitter:
         led by one of its followers (`_submit` looks every _LIVENESS seconds).
         """
         more = True
-        batch: list[_Call] = []
+        holding = True  # this call holds the lead until it hands it on (more is False)
         try:
             while more:
                 with self._cond:
@@ -285,24 +301,26 @@ class GroupCommitter:
                     if more:
                         self._first_at = self._clock()
                     else:
-                        self._leading = False  # the next call leads the next batch
+                        self._leading = holding = False  # the next call leads the next batch
                     self._flushing += 1
                 try:
                     self._flush(batch)
+                except BaseException as exc:  # answered before close() can see it done
+                    for call in batch:
+                        if not call.done.is_set():
+                            call.answer(Outcome.failed(_interrupted(exc)))
+                    raise
                 finally:
                     with self._cond:
                         self._flushing -= 1
                         self._cond.notify_all()
-        except BaseException as exc:
+        except BaseException:
             with self._cond:
                 if own is not None and own in self._pending:
                     self._pending.remove(own)
-                self._leading = False
+                if holding:  # never another leader's lead: that one is gathering its own
+                    self._leading = False
                 self._cond.notify_all()
-            interrupted = _interrupted(exc)
-            for call in batch:
-                if not call.done.is_set():
-                    call.answer(Outcome.failed(interrupted))
             raise
 
     def _wanted(self) -> int:
@@ -347,12 +365,15 @@ class GroupCommitter:
                 raise RuntimeError(f"{kind} batch answered {len(outcomes)} of {len(calls)} jobs")
         except BaseException as exc:  # never leave a job waiting: each learns the failure
             logger.exception("group commit: a %s batch of %d jobs failed", kind, len(calls))
-            failure = exc if isinstance(exc, Exception) else _interrupted(exc)
             for call in calls:
-                call.answer(Outcome.failed(failure))
+                call.answer(
+                    Outcome.failed(exc if isinstance(exc, Exception) else _interrupted(exc))
+                )
             if not isinstance(exc, Exception):
                 raise
             return
+        for call, outcome in zip(calls, outcomes, strict=True):  # first: the writes committed
+            call.answer(outcome)
         with self._cond:  # two leaders may be writing at once (one batch, then the next)
             if kind == "claim":
                 self.stats.claim_batches += 1
@@ -361,8 +382,6 @@ class GroupCommitter:
                 self.stats.finish_batches += 1
                 self.stats.finished_jobs += len(calls)
             self.stats.largest = max(self.stats.largest, len(calls))
-        for call, outcome in zip(calls, outcomes, strict=True):
-            call.answer(outcome)
 
 
 def _interrupted(exc: BaseException) -> BatchInterrupted:

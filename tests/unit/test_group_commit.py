@@ -42,7 +42,7 @@ class CountingStore(InMemoryJobStore):
         self.gate: threading.Event | None = None  #: batches wait for it
         self.entered = threading.Event()
         self.writers: list[threading.Thread] = []  #: the thread of each batch write
-        self.interrupt: BaseException | None = None  #: raised by the next batch write
+        self.interrupt: BaseException | None = None  #: raised by the next batch write, once
         self.inside = False  #: in a batch: the memory batch runs the singles, not counted
 
     def _claim(self, *args: Any, **kwargs: Any) -> Any:
@@ -66,8 +66,9 @@ class CountingStore(InMemoryJobStore):
             raise LedgerUnavailableError("connection refused")
         if self.reject_batches:
             raise LedgerRejectedError(kind.replace("_many", ""), "ck_test_poison")
-        if self.interrupt is not None:
-            raise self.interrupt
+        if self.interrupt is not None:  # once
+            interrupt, self.interrupt = self.interrupt, None
+            raise interrupt
 
     def _claim_many(self, *args: Any, **kwargs: Any) -> Any:
         self._batch("claim_many")
@@ -473,3 +474,38 @@ def test_close_sends_calls_whose_leader_and_callers_are_all_gone() -> None:
     assert call.done.is_set() and isinstance(call.outcome.get(), Claimed)  # type: ignore[union-attr]
     row = store.get(job.job_id)
     assert row is not None and row.status is AsyncJobStatus.running
+
+
+def test_an_interrupted_leader_leaves_the_next_batchs_leader_alone() -> None:
+    """Review finding: an interrupt during the last write must not clear a new leader's lead."""
+    store, ledger = world()
+    j1, j2, j3, j4 = queue(ledger, 4)
+    store.gate = threading.Event()
+    store.interrupt = Interrupt()  # the first batch write: held at the gate, then interrupted
+    gc = GroupCommitter(ledger, 50, max_batch=2, clock=FROZEN)
+    results: dict[str, list[Any]] = {j.job_id: [] for j in (j1, j2, j3, j4)}
+
+    def start(job: AsyncJob) -> threading.Thread:
+        t = threading.Thread(target=catching(lambda: gc.claim(job.job_id, A), results[job.job_id]))
+        t.start()
+        return t
+
+    first = [start(j1)]
+    wait_for(lambda: gc.pending == 1, what="J1 to lead")
+    first.append(start(j2))  # the batch is full: J1 writes [J1, J2] and waits at the gate
+    assert store.entered.wait(30)
+    third = start(j3)  # leads the next batch, waiting in its window
+    wait_for(lambda: gc.pending == 1 and gc._leading, what="J3 to lead the next batch")
+    store.gate.set()  # J1's write now raises the interrupt
+    for t in first:
+        t.join(30)
+    assert gc._leading  # J3 still leads its batch
+    fourth = start(j4)  # joins J3's batch (full at two): J3 writes both
+    for t in (third, fourth):
+        t.join(30)
+    assert not third.is_alive() and not fourth.is_alive()
+    assert [type(r) for r in results[j1.job_id]] == [Interrupt]
+    assert [type(r) for r in results[j2.job_id]] == [BatchInterrupted]
+    assert all(isinstance(results[j.job_id][0], Claimed) for j in (j3, j4))
+    assert store.writers[-1] is third  # J3 wrote its own batch
+    gc.close()
