@@ -5,9 +5,9 @@ Jobs are queued on a throw-away PostgreSQL ledger, then `--threads` threads run 
 straight through one `AsyncWorker` (no-op executor) with the group commit's window at
 `--window` ms and at 0 (every claim and finish alone), alternating, `--rounds` each. Per
 row: jobs/s, the process's CPU per job (this process is the whole client: the job
-threads and the group commit), and what the committer sent (batches, lone calls, the
-largest batch). Celery's consumer is left out on purpose: it hands a threads pool one
-message at a time, which decides how many jobs meet in a window (docs/group_commit.md).
+threads and the group commit), and what the committer sent (batches, the largest).
+Celery's consumer is left out on purpose: it hands a threads pool one message at a time,
+which decides how many jobs meet in a window (docs/group_commit.md).
 
     .venv/bin/python bench/group_commit_cost.py [--jobs 2000] [--threads 16] [--window 2]
 """
@@ -73,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"window {window:g} ms, {args.threads} threads: {rate:5.0f} jobs/s, "
                 f"client CPU {cpu_ms:.3f} ms/job; batches {s.claim_batches} claim / "
-                f"{s.finish_batches} finish (largest {s.largest}), alone "
-                f"{s.claimed_alone} / {s.finished_alone}"
+                f"{s.finish_batches} finish (largest {s.largest})"
             )
             worker.close()
         db.close()

@@ -15,9 +15,9 @@ waits only with commit_siblings: `active` (the runner's count of jobs inside run
 here) says whether this job is alone, and `slots` (the process's job slots, its pool's
 concurrency) when nobody else can arrive (every slot is waiting in the batch: it
 goes at once). In between, the batch waits at most the window for the jobs the pool is
-about to start or end. A lone job joins no batch: it sends its single statement
-on its own thread, as with the window at 0, and a batch that holds one call only is sent
-as that call's single statement too. Why: a pool fed one message at a time by Celery's
+about to start or end. A lone job's batch of one goes at once, and a batch that holds one
+call is sent as that call's single statement, on the caller's own thread, as with the
+window at 0. Why: a pool fed one message at a time by Celery's
 consumer mostly holds one job (a short job ends before the next arrives), and there a
 handoff to another thread and back, and the array form of a statement of one, cost the
 worker and PostgreSQL more than they save (docs/group_commit.md).
@@ -90,7 +90,7 @@ class GroupCommitStats:
     """What the committer sent: ledger writes and the jobs in them, per kind.
 
     A batch is what a leader sent for the calls it gathered (one call: its single
-    statement); the `_alone` counts are a lone job's calls, sent on the job's own thread.
+    statement, as a lone job's are).
     """
 
     claim_batches: int = 0
@@ -98,8 +98,6 @@ class GroupCommitStats:
     finish_batches: int = 0
     finished_jobs: int = 0
     largest: int = 0  #: the most jobs in one write
-    claimed_alone: int = 0  #: claims a lone job sent itself, in no batch
-    finished_alone: int = 0  #: finishes a lone job sent itself
 
 
 class GroupCommitter:
@@ -230,26 +228,23 @@ class GroupCommitter:
     def _submit(self, call: _Call) -> Any:
         """Join (or lead) a batch and return this call's own outcome (raised if an error).
 
-        A lone job (nothing pending, no other job in flight) sends it itself, at once.
+        A lone job leads a batch of one that goes at once (`_wanted`): its single statement,
+        on its own thread.
         """
         self._after_fork()
         with self._cond:
-            lone = not self._pending and self._active is not None and self._active() <= 1
-            lead = False
-            if lone and call.kind == "claim":
-                self.stats.claimed_alone += 1
-            elif lone:
-                self.stats.finished_alone += 1
-            elif self._closing:
-                lone = True
+            if self._closing:
+                closing, lead = True, False
             else:
+                closing = False
                 self._pending.append(call)
-                if not self._leading:
-                    self._leading = lead = True
+                lead = not self._leading
+                if lead:
+                    self._leading = True
                     self._first_at = self._clock()
                 elif len(self._pending) >= self._wanted():
                     self._cond.notify_all()  # the batch is full: its leader need not wait
-        if lone:
+        if closing:
             return call.alone()
         if lead:
             self._lead(call)

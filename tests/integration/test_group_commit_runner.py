@@ -125,14 +125,12 @@ def test_sixteen_jobs_claim_and_finish_in_batches_of_one_statement_each(
     writes = [s for s in sent if s.startswith(("WITH", "UPDATE", "BEGIN"))]
     reads = [s for s in sent if "relpartbound" in s]  # the partition map, once per process
     assert len(sent) == len(writes) + len(reads) and len(reads) <= 1, sent
-    # The first job to claim may find itself alone (the others not started yet): it sends
-    # its own single statement, so a write is a batch or a lone call.
-    lone = stats.claimed_alone + stats.finished_alone
+    # A batch of one (the first job to claim may find itself alone) is its single statement.
     if db.dialect == "postgresql":  # each on the jobs' partition: per job (claims + 1) / 16
-        assert len(writes) == claims + finishes + lone, writes
+        assert len(writes) == claims + finishes, writes
         assert all("UPDATE async_jobs_p" in s or "unnest" in s for s in writes), writes
     else:  # BEGIN IMMEDIATE per write + the job's CAS + the plan's, per job and kind
-        assert len(writes) == claims + finishes + lone + 2 * 2 * JOBS, writes
+        assert len(writes) == claims + finishes + 2 * 2 * JOBS, writes
 
 
 def test_swept_revoked_and_taken_over_jobs_in_a_batch_learn_they_lost_and_write_nothing(
@@ -215,11 +213,10 @@ def test_a_row_the_ledger_refuses_fails_only_its_own_job_in_the_batch(
         worker.close()
     # The refused row's batch held other jobs too; it was written again job by job (the
     # ledger's door), and the refused job's second write (its failure) went through the
-    # committer too (alone, if every other job had ended by then).
+    # committer too (a batch of one, if every other job had ended by then).
     failed = [r.getMessage() for r in caplog.records if "writing each job alone" in r.getMessage()]
     assert len(failed) == 1 and not failed[0].startswith("finish of 1 jobs"), failed
-    stats = worker.commits.stats
-    assert stats.finished_jobs + stats.finished_alone == JOBS + 1, stats
+    assert worker.commits.stats.finished_jobs == JOBS + 1, worker.commits.stats
     # The batch failed on that one row; each job then wrote alone: fifteen succeeded, and
     # the refused one's second write ended it failed with the refusal, not left running.
     assert results[refused.job_id] is PickupResult.failed
